@@ -34,8 +34,10 @@ class StitchContext:
     )
     structured_output_method: StructuredMethod = field(
         default="function_calling",
-        metadata={"description": "How structured output is requested; function_calling is the "
-                  "most portable across OpenAI-compatible servers."},
+        metadata={
+            "description": "How structured output is requested; function_calling is the "
+            "most portable across OpenAI-compatible servers."
+        },
     )
     model_retries: int = field(
         default=2,
@@ -78,6 +80,10 @@ class StitchContext:
     )
     timing_runs: int = field(default=20, metadata={"description": "Timed runs; median reported."})
     warmup_runs: int = field(default=5, metadata={"description": "Untimed runs before timing."})
+    use_knowledge: bool = field(
+        default=True,
+        metadata={"description": "Turn findings into advice from the CUDA knowledge index."},
+    )
     profile: bool = field(
         default=True, metadata={"description": "Run ncu on correct candidates when available."}
     )
@@ -86,6 +92,13 @@ class StitchContext:
     )
     memory_limit_mb: int = field(
         default=16384, metadata={"description": "Host memory limit of a candidate's worker, MiB."}
+    )
+    executor: Any = field(
+        default=None,
+        metadata={
+            "description": "Runs candidates: an object with verify_candidate() and "
+            "profile_candidate() (default: the local GPU worker pool)."
+        },
     )
     work_dir: str | None = field(
         default=None, metadata={"description": "Where builds and scratch files go (default: temp)."}

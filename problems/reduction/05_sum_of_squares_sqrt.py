@@ -1,0 +1,20 @@
+"""Row L2 norms: sqrt(sum(x * x, dim=1)) fused with the squaring, 4096 x 4096."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sqrt(torch.sum(x * x, dim=1))
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,179 @@
+"""The Coder: writes the program one to-do item at a time.
+
+The model brain drafts with tools (it may compile a draft with ``nvcc_compile`` through the
+graph's ``coder_tools`` node before handing it over) and answers with a structured program. The
+rule-based brain emits code from the plan with ``codegen`` and turns the Verifier's feedback into
+tuning changes, so repeated rounds really change the program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.config import get_stream_writer
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from stitch_graph.agents import prompts
+from stitch_graph.agents.llm import model_label, resolve_model, structured_call
+from stitch_graph.artifacts import AgentFailure, Candidate, Feedback, Plan, Task, TodoItem
+from stitch_graph.context import StitchContext, resolve_context
+from stitch_graph.progress import emit
+from stitch_graph.tools.agent_tools import coder_tools
+
+
+class CandidateDraft(BaseModel):
+    """What a model Coder answers with: the whole program after this item."""
+
+    kernel_source: str = Field(description='CUDA C++ with extern "C" __global__ kernels.')
+    host_source: str = Field(description="Python module defining class ModelNew.")
+    declared_torch_ops: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+def current_item(plan: Plan | None) -> TodoItem | None:
+    """The item the Coder works on now: the first pending one."""
+    return plan.next_pending() if plan is not None else None
+
+
+def _feedback_for_coder(state: dict[str, Any]) -> Feedback | None:
+    feedback: Feedback | None = state.get("feedback")
+    if feedback is None or feedback.category == "item_done":
+        return None
+    return feedback
+
+
+def rule_candidate(
+    task: Task, plan: Plan, item: TodoItem, state: dict[str, Any]
+) -> tuple[Candidate, dict]:
+    """Emit the program through ``item`` with the rule-based generator, applying feedback."""
+    from stitch_graph.agents.program_cache import program_ir
+    from stitch_graph.codegen import Tuning, apply_feedback, emit_candidate
+
+    memory = dict(state.get("coder_memory") or {})
+    tuning = Tuning.model_validate(memory["tuning"]) if "tuning" in memory else Tuning()
+    feedback = state.get("feedback")
+    if feedback is not None and feedback.category in (
+        "bottleneck",
+        "wrong_result",
+        "runtime_error",
+    ):
+        if memory.get("applied_feedback") != id_of(feedback):
+            tuning = apply_feedback(tuning, plan, feedback)
+            memory["applied_feedback"] = id_of(feedback)
+    candidate = emit_candidate(program_ir(task), plan, through=item.id, tuning=tuning)
+    memory["tuning"] = tuning.model_dump()
+    return candidate, memory
+
+
+def id_of(feedback: Feedback) -> str:
+    """A stable identity of a feedback object (feedback is applied once)."""
+    return str(hash(feedback.model_dump_json()))
+
+
+def _in_tool_loop(messages: list[AnyMessage]) -> bool:
+    return bool(messages) and isinstance(messages[-1], ToolMessage)
+
+
+def _tool_calls_made(messages: list[AnyMessage]) -> int:
+    return sum(
+        len(getattr(m, "tool_calls", []) or []) for m in messages if isinstance(m, AIMessage)
+    )
+
+
+def model_candidate(
+    model: Any,
+    task: Task,
+    plan: Plan,
+    item: TodoItem,
+    state: dict[str, Any],
+    ctx: StitchContext,
+) -> dict[str, Any]:
+    """One step of the model Coder: a tool call to run, or the finished program."""
+    history: list[AnyMessage] = list(state.get("coder_messages") or [])
+    reset: list[AnyMessage] = []
+    if not _in_tool_loop(history):
+        request = prompts.coder_request(
+            task, plan, item, previous=state.get("candidate"), feedback=_feedback_for_coder(state)
+        )
+        history = [SystemMessage(content=prompts.CODER_SYSTEM), HumanMessage(content=request)]
+        reset = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]
+    if ctx.max_tool_calls > 0 and _tool_calls_made(history) < ctx.max_tool_calls:
+        try:
+            answer = model.bind_tools(coder_tools()).invoke(history)
+        except Exception as exc:  # a provider error ends this step, not the run
+            answer = AIMessage(content=f"(tool step skipped: {type(exc).__name__}: {exc})")
+        if getattr(answer, "tool_calls", None):
+            return {"coder_messages": [*reset, answer], "coder_status": "tools"}
+        if answer.content:
+            history.append(AIMessage(content=answer.content))
+    draft, failure = structured_call(
+        model,
+        CandidateDraft,
+        history,
+        agent="coder",
+        method=ctx.structured_output_method,
+        retries=ctx.model_retries,
+    )
+    closing = AIMessage(content="program handed to the Verifier" if draft else "no program")
+    if draft is None:
+        return {
+            "coder_messages": [*reset, closing],
+            "failures": [*state.get("failures", []), failure],
+            "coder_status": "failed",
+        }
+    candidate = Candidate(
+        kernel_source=draft.kernel_source,
+        host_source=draft.host_source,
+        declared_torch_ops=draft.declared_torch_ops,
+        notes=draft.notes,
+        item_id=item.id,
+        author=model_label(model),
+    )
+    return {
+        "coder_messages": [*reset, closing],
+        "candidate": candidate,
+        "coder_status": "submitted",
+    }
+
+
+def coder_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict[str, Any]:
+    """Write (or fix, or tune) the program for the current to-do item."""
+    ctx = resolve_context(runtime.context)
+    writer = get_stream_writer()
+    task: Task = state["task"]
+    plan: Plan = state["plan"]
+    item = current_item(plan)
+    if item is None:
+        failure = AgentFailure(agent="coder", reason="no pending to-do item")
+        return {"failures": [*state.get("failures", []), failure], "coder_status": "failed"}
+    model = resolve_model(ctx.coder_model)
+    emit(writer, "coder", "writing", item=item.id, kernel=item.kernel, model=model_label(model))
+    if model is None:
+        try:
+            candidate, memory = rule_candidate(task, plan, item, state)
+        except Exception as exc:  # an op the generator mis-handles is a recorded failure
+            failure = AgentFailure(
+                agent="coder", reason=f"rule-based coder failed on {item.id}: {exc}"
+            )
+            emit(writer, "coder", "failed", detail=failure.reason)
+            return {"failures": [*state.get("failures", []), failure], "coder_status": "failed"}
+        emit(writer, "coder", "candidate ready", digest=candidate.digest)
+        return {"candidate": candidate, "coder_memory": memory, "coder_status": "submitted"}
+    update = model_candidate(model, task, plan, item, state, ctx)
+    if "candidate" in update:
+        emit(writer, "coder", "candidate ready", digest=update["candidate"].digest)
+    elif update.get("failures"):
+        emit(writer, "coder", "failed", detail=update["failures"][-1].reason)
+    else:
+        emit(writer, "coder", "calling tools")
+    return update

@@ -1,0 +1,33 @@
+"""One captured program graph per task and process.
+
+Capturing the reference (torch.fx) is cheap but not free, and the captured graph does not belong
+in checkpoints; the rule-based agents share it through this cache, keyed by the task's hash.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from stitch_graph.artifacts import Task
+
+if TYPE_CHECKING:
+    from stitch_graph.codegen import ProgramIR
+
+_BY_DIGEST: dict[str, ProgramIR] = {}
+
+
+def program_ir(task: Task) -> ProgramIR:
+    """The captured program of ``task``, capturing it on first use."""
+    ir = _BY_DIGEST.get(task.digest)
+    if ir is None:
+        ir = _capture()(task)
+        _BY_DIGEST[task.digest] = ir
+    return ir
+
+
+@functools.cache
+def _capture():
+    from stitch_graph.codegen import capture_program
+
+    return capture_program

@@ -1,0 +1,249 @@
+"""The ``stitch-graph`` command: optimise a problem, draw the graph, use the knowledge index.
+
+Every ``optimize`` run lives in a folder (``runs/NAME``) with a SQLite checkpoint, so a killed run
+continues with ``--resume NAME`` from its last completed step; the folder also receives the final
+program, a KernelBench ``ModelNew`` file, the event log and a readable report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stitch_graph.context import StitchContext
+
+RUNS_DIR = Path("runs")
+
+
+def _model_spec(name: str | None, base_url: str | None) -> Any:
+    if name is None:
+        return None
+    if base_url is None:
+        return name
+    from langchain_openai import ChatOpenAI
+
+    model = name.split(":", 1)[1] if name.startswith("openai:") else name
+    import os
+
+    return ChatOpenAI(
+        model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "none")
+    )
+
+
+def _context(args: argparse.Namespace, out: Path) -> StitchContext:
+    def pick(role: str) -> Any:
+        return _model_spec(getattr(args, f"{role}_model") or args.model, args.base_url)
+
+    return StitchContext(
+        planner_model=pick("planner"),
+        coder_model=pick("coder"),
+        verifier_model=pick("verifier"),
+        structured_output_method=args.structured_method,
+        max_rounds=args.max_rounds,
+        wall_time_s=args.wall_time,
+        gpu_arch=args.arch,
+        profile=not args.no_profile,
+        use_knowledge=not args.no_knowledge,
+        work_dir=str(out / "work"),
+    )
+
+
+def _describe(event: dict[str, Any]) -> str:
+    data = {k: v for k, v in event.items() if k not in ("agent", "event", "time")}
+    extra = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, ""))
+    return f"[bold]{event.get('agent', '?'):>9}[/bold] {event.get('event', '')} {extra}".rstrip()
+
+
+def _write_outputs(out: Path, state: dict[str, Any]) -> None:
+    from stitch_graph.report import render_markdown
+
+    report = state.get("report")
+    if report is None:
+        return
+    (out / "report.json").write_text(report.model_dump_json(indent=1))
+    (out / "report.md").write_text(render_markdown(state))
+    program = report.best.candidate if report.best else state.get("last_compiled")
+    if program is None:
+        return
+    (out / "program.cu").write_text(program.kernel_source)
+    (out / "host.py").write_text(program.host_source)
+    if program.host_cpp:
+        (out / "host.cpp").write_text(program.host_cpp)
+    task = state.get("task")
+    try:
+        from stitch_graph.execution import export_kernelbench
+
+        (out / "model_new.py").write_text(export_kernelbench(program, task))
+    except Exception as exc:  # export is a convenience; the program files are already written
+        (out / "model_new.error.txt").write_text(f"export failed: {exc}\n")
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Run (or resume) the loop on one problem."""
+    from rich.console import Console
+
+    from stitch_graph.checkpoint import sqlite_checkpointer
+    from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.task import TaskLoadError, load_task
+
+    console = Console(stderr=True, highlight=False)
+    if args.resume:
+        out = Path(args.resume) if Path(args.resume).is_dir() else RUNS_DIR / args.resume
+        meta_path = out / "run.json"
+        if not meta_path.exists():
+            console.print(f"[red]no run to resume at {out}[/red]: expected {meta_path}")
+            return 2
+        meta = json.loads(meta_path.read_text())
+        problem = meta["problem"]
+        for key, value in meta["args"].items():
+            if getattr(args, key, None) in (None, False) or key in ("problem",):
+                setattr(args, key, value)
+    else:
+        if not args.problem:
+            console.print("[red]optimize needs PROBLEM.py[/red] (or --resume RUN_ID)")
+            return 2
+        problem = args.problem
+        name = Path(problem).stem + time.strftime("-%Y%m%d-%H%M%S")
+        out = Path(args.out) if args.out else RUNS_DIR / name
+    try:
+        task = load_task(problem)
+    except TaskLoadError as exc:
+        console.print(f"[red]cannot load the problem[/red]: {exc}")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = out.name
+    if not args.resume:
+        saved = {
+            k: v
+            for k, v in vars(args).items()
+            if isinstance(v, (str, int, float, bool, type(None)))
+        }
+        saved.pop("func", None)
+        (out / "run.json").write_text(
+            json.dumps({"problem": str(problem), "args": saved}, indent=1)
+        )
+    try:
+        ctx = _context(args, out)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 2
+    graph = create_stitch_graph(checkpointer=sqlite_checkpointer(out / "checkpoints.sqlite"))
+    config = {"configurable": {"thread_id": run_id}, "recursion_limit": 500}
+    snapshot = graph.get_state(config)
+    if args.resume and not snapshot.next and snapshot.values.get("report") is not None:
+        console.print(f"run {run_id} already finished: {snapshot.values['report'].summary}")
+        _write_outputs(out, snapshot.values)
+        return 0
+    inputs = (
+        None if args.resume and snapshot.values else {"task": task, "problem_path": str(problem)}
+    )
+    console.print(f"run [bold]{run_id}[/bold] -> {out}  (resume with --resume {run_id})")
+    with (out / "log.jsonl").open("a") as log, console.status("working") as status:
+        for mode, chunk in graph.stream(
+            inputs, config, context=ctx, stream_mode=["updates", "custom"]
+        ):
+            if mode == "custom":
+                log.write(json.dumps(chunk, default=str) + "\n")
+                log.flush()
+                if not args.quiet:
+                    console.print(_describe(chunk))
+                status.update(f"{chunk.get('agent')}: {chunk.get('event')}")
+            else:
+                log.write(json.dumps({"update": list(chunk)}, default=str) + "\n")
+    final = graph.get_state(config).values
+    _write_outputs(out, final)
+    report = final.get("report")
+    print(report.summary if report else "run ended without a report")
+    print(f"outputs: {out}")
+    return 0 if report is not None and report.outcome != "failed" else 1
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """Print or write the drawing of the graph."""
+    from stitch_graph.draw import draw
+    from stitch_graph.graph import create_stitch_graph
+
+    try:
+        result = draw(create_stitch_graph(), args.format, path=args.output)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.output:
+        print(f"wrote {args.output}")
+    elif isinstance(result, str):
+        print(result)
+    return 0
+
+
+def cmd_knowledge(args: argparse.Namespace) -> int:
+    """Add documents to the knowledge index, or search it."""
+    from stitch_graph.knowledge.cli import cmd_add, cmd_search
+
+    if args.knowledge_command == "add":
+        return cmd_add(args.paths)
+    return cmd_search(args.query, args.k, args.mode)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``stitch-graph``."""
+    parser = argparse.ArgumentParser(
+        prog="stitch-graph",
+        description="Turn a PyTorch program (KernelBench format) into verified, faster CUDA "
+        "with Planner, Coder and Verifier agents. Without --model the rule-based agents run.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    opt = sub.add_parser(
+        "optimize", help="optimise one problem file", description=cmd_optimize.__doc__
+    )
+    opt.add_argument("problem", nargs="?", help="KernelBench problem file (Model, get_inputs, ...)")
+    opt.add_argument(
+        "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
+    )
+    for role in ("planner", "coder", "verifier"):
+        opt.add_argument(f"--{role}-model", help=f"chat model for the {role} only")
+    opt.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
+    opt.add_argument(
+        "--structured-method",
+        default="function_calling",
+        choices=["function_calling", "json_schema", "json_mode"],
+    )
+    opt.add_argument("--out", help="run folder (default: runs/<problem>-<time>)")
+    opt.add_argument("--resume", metavar="RUN_ID", help="continue a killed run from its last step")
+    opt.add_argument("--max-rounds", type=int, default=12)
+    opt.add_argument("--wall-time", type=float, default=1800.0, help="seconds")
+    opt.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
+    opt.add_argument("--no-profile", action="store_true", help="skip ncu profiling")
+    opt.add_argument("--no-knowledge", action="store_true", help="skip knowledge-index advice")
+    opt.add_argument("--quiet", action="store_true", help="no per-event progress lines")
+    opt.set_defaults(func=cmd_optimize)
+
+    gr = sub.add_parser("graph", help="draw the agent graph (Mermaid, ASCII, PNG, SVG)")
+    gr.add_argument("--format", default="mermaid", choices=["mermaid", "ascii", "png", "svg"])
+    gr.add_argument("--output", help="write to this file instead of printing")
+    gr.set_defaults(func=cmd_graph)
+
+    kn = sub.add_parser("knowledge", help="the CUDA knowledge index")
+    ksub = kn.add_subparsers(dest="knowledge_command", required=True)
+    add = ksub.add_parser("add", help="add Markdown, HTML, text (or PDF) documents")
+    add.add_argument("paths", nargs="+")
+    search = ksub.add_parser("search", help="print ranked hits for a query")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5)
+    search.add_argument("--mode", default="hybrid", choices=["hybrid", "dense", "keyword"])
+    kn.set_defaults(func=cmd_knowledge)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``stitch-graph`` command."""
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Helpers that reference and candidate workers share: loading the problem, seeding, inputs.
+
+Both sides must build the model and draw inputs in exactly the same way, or parameters and inputs
+would differ for reasons that have nothing to do with the candidate. Everything here runs inside
+worker processes only.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "clone_to",
+    "device_name",
+    "draw_inputs",
+    "init_inputs",
+    "load_problem",
+    "refill",
+    "set_tf32",
+]
+
+
+def load_problem(source: str, name: str = "stitch_problem") -> dict[str, Any]:
+    """Exec the problem source in a fresh module; return its namespace."""
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module.__dict__
+
+
+def set_tf32(allow: bool) -> None:
+    """Allow or forbid TF32 in matmul and cuDNN (forbidden: true FP32)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+def init_inputs(problem: dict[str, Any], seed: int) -> list[Any]:
+    """``get_init_inputs()`` under ``seed`` (``[]`` when the problem has none)."""
+    import torch
+
+    torch.manual_seed(seed)
+    get_init = problem.get("get_init_inputs")
+    return list(get_init()) if get_init is not None else []
+
+
+def _is_constant(t: Any) -> bool:
+    import torch
+
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() < 2:
+        return False
+    flat = t.reshape(-1)
+    return bool((flat == flat[0]).all().item())
+
+
+def draw_inputs(problem: dict[str, Any], seed: int) -> list[Any]:
+    """One fresh draw of ``get_inputs()`` under ``seed``; refuses constant floating inputs.
+
+    Raises:
+        ValueError: A floating input tensor is all zeros or constant (it would hide bugs).
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    draw = list(problem["get_inputs"]())
+    for i, value in enumerate(draw):
+        if _is_constant(value):
+            msg = (
+                f"input {i} of get_inputs() is constant (all elements equal) under seed {seed}; "
+                "a constant draw cannot tell right from wrong, use random inputs"
+            )
+            raise ValueError(msg)
+    return draw
+
+
+def clone_to(values: list[Any], device: str) -> list[Any]:
+    """Copies of ``values`` with tensors moved to ``device`` (other values as they are)."""
+    import torch
+
+    return [v.detach().to(device).clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def refill(targets: list[Any], values: list[Any]) -> None:
+    """Copy a draw into the existing input tensors, in place (same pointers, new contents)."""
+    import torch
+
+    with torch.no_grad():
+        for dst, src in zip(targets, values, strict=True):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src, non_blocking=True)
+
+
+def device_name(device: str) -> str:
+    """Human-readable name of the device jobs run on."""
+    if device == "cpu":
+        import platform
+
+        return f"cpu ({platform.processor() or platform.machine()})"
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def save(obj: Any, path: Path) -> None:
+    """``torch.save`` via a temporary name, so a crash never leaves half a file."""
+    import torch
+
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)

@@ -1,0 +1,247 @@
+"""Where jobs run: the ``Executor`` protocol and a local executor with one job per GPU at a time.
+
+A job is a JSON-describable request (reference run, candidate run, timeline, ...) that a worker
+process executes (``python -m stitch_graph.execution.worker JOB.json``). Executors only schedule and
+isolate; they know nothing about what a job does. ``LocalGPUExecutor`` keeps one job per visible GPU
+and pins each job to its GPU with ``CUDA_VISIBLE_DEVICES``, so timings never share a device. A
+distributed executor implements the same two methods and ships the job file instead of running it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from stitch_graph.execution.isolation import run_isolated
+
+__all__ = [
+    "Executor",
+    "Job",
+    "JobKind",
+    "JobResult",
+    "LocalGPUExecutor",
+    "run_job",
+    "visible_gpus",
+]
+
+JobKind = Literal["reference", "candidate", "timeline", "runner"]
+JobStatus = Literal["ok", "error", "timeout", "crashed", "memory"]
+
+RESULT_FILE = "result.json"
+JOB_FILE = "job.json"
+
+
+class Job(BaseModel):
+    """One unit of isolated work.
+
+    Attributes:
+        kind: What the worker does (see ``stitch_graph.execution.worker``).
+        payload: Kind-specific, JSON-safe arguments.
+        timeout_s: Wall-clock limit of the worker.
+        memory_limit_mb: Resident-memory limit of the worker's process group.
+        scratch_dir: The worker's own folder; a fresh one under the temp dir when empty.
+        command_prefix: Wraps the worker command, e.g. a profiler's argv.
+        env: Extra environment variables (scrubbed like the rest).
+    """
+
+    kind: JobKind
+    payload: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = 120.0
+    memory_limit_mb: int | None = 16384
+    scratch_dir: str | None = None
+    command_prefix: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class JobResult(BaseModel):
+    """What came back from a job.
+
+    ``status`` is ``ok`` when the worker finished and wrote a result (which may itself describe a
+    Python-level failure in ``result["error"]``); otherwise the process was killed or crashed and
+    ``reason`` says how.
+    """
+
+    status: JobStatus
+    reason: str = ""
+    result: dict[str, Any] = Field(default_factory=dict)
+    returncode: int | None = None
+    seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    stdout_path: str = ""
+    scratch_dir: str = ""
+    gpu: str | None = None
+
+
+def _worker_argv(job_path: Path) -> list[str]:
+    return [sys.executable, "-X", "faulthandler", "-m", "stitch_graph.execution.worker",
+            str(job_path)]
+
+
+def _python_path() -> str:
+    """PYTHONPATH that lets the worker import this package even when it is not installed."""
+    here = str(Path(__file__).resolve().parents[2])
+    current = os.environ.get("PYTHONPATH", "")
+    return here if not current else f"{here}{os.pathsep}{current}"
+
+
+def _crash_reason(stderr: str, returncode: int | None, signal_name: str | None) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    how = f"killed by {signal_name}" if signal_name else f"exited with status {returncode}"
+    fatal = next((ln for ln in lines if "Fatal Python error" in ln), None)
+    detail = fatal or (lines[-1] if lines else "")
+    return f"worker crashed ({how})" + (f": {detail}" if detail else "")
+
+
+def run_job(job: Job, *, gpu: str | None = None) -> JobResult:
+    """Run ``job`` in a fresh isolated worker process and wait for it.
+
+    Args:
+        job: The job.
+        gpu: Value of ``CUDA_VISIBLE_DEVICES`` for the worker; ``None`` keeps the parent's.
+
+    Returns:
+        The job's result; never raises for anything the worker does.
+    """
+    scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix=f"stitch-{job.kind}-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    job_path = scratch / JOB_FILE
+    result_path = scratch / RESULT_FILE
+    result_path.unlink(missing_ok=True)
+    job_path.write_text(job.model_dump_json())
+    env = dict(os.environ)
+    env.update(job.env)
+    env["PYTHONPATH"] = _python_path()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("TMPDIR", str(scratch))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    argv = [*job.command_prefix, *_worker_argv(job_path)]
+    outcome = run_isolated(
+        argv, cwd=scratch, env=env, timeout_s=job.timeout_s, memory_limit_mb=job.memory_limit_mb
+    )
+    common = {
+        "returncode": outcome.returncode,
+        "seconds": outcome.seconds,
+        "peak_rss_mb": outcome.peak_rss_mb,
+        "stdout_tail": outcome.tail("stdout", 3000),
+        "stderr_tail": outcome.tail("stderr"),
+        "stdout_path": outcome.stdout_path,
+        "scratch_dir": str(scratch),
+        "gpu": gpu,
+    }
+    if outcome.timed_out:
+        reason = f"timeout: worker ran past {job.timeout_s:g} s and was killed (hang?)"
+        return JobResult(status="timeout", reason=reason, **common)
+    if outcome.memory_exceeded:
+        reason = (
+            f"memory limit: worker's resident memory passed {job.memory_limit_mb} MiB "
+            "and it was killed"
+        )
+        return JobResult(status="memory", reason=reason, **common)
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError) as exc:
+            reason = f"worker wrote an unreadable result ({type(exc).__name__}: {exc})"
+            return JobResult(status="crashed", reason=reason, **common)
+        status: JobStatus = "error" if result.get("error") else "ok"
+        reason = result.get("error", {}).get("reason", "") if status == "error" else ""
+        if outcome.returncode not in (0, None) and status == "ok":
+            status = "crashed"
+            reason = _crash_reason(common["stderr_tail"], outcome.returncode, outcome.signal_name)
+        return JobResult(status=status, reason=reason, result=result, **common)
+    reason = _crash_reason(common["stderr_tail"], outcome.returncode, outcome.signal_name)
+    return JobResult(status="crashed", reason=reason, **common)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs jobs somewhere and hands back futures."""
+
+    def submit(self, job: Job) -> Future[JobResult]:
+        """Queue ``job``; the future resolves to its ``JobResult``."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop accepting jobs and wait for running ones."""
+        ...
+
+
+def visible_gpus() -> list[str]:
+    """Ids of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi -L``)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, ln in enumerate(out.splitlines()) if ln.startswith("GPU ")]
+
+
+class LocalGPUExecutor:
+    """Runs jobs on this machine, one at a time per visible GPU, each in a fresh worker.
+
+    Args:
+        max_workers: Concurrent jobs; defaults to the number of visible GPUs (at least one).
+        gpus: GPU ids to use; defaults to ``visible_gpus()``. With none, jobs keep the parent's
+            ``CUDA_VISIBLE_DEVICES`` and run one at a time.
+    """
+
+    def __init__(self, max_workers: int | None = None, *, gpus: list[str] | None = None) -> None:
+        self.gpus = list(gpus) if gpus is not None else visible_gpus()
+        slots = self.gpus or [None]
+        if max_workers is not None:
+            slots = slots[: max(1, max_workers)]
+        self._free: queue.Queue[str | None] = queue.Queue()
+        for slot in slots:
+            self._free.put(slot)
+        self._pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="stitch-job")
+        self._lock = threading.Lock()
+        self._closed = False
+        self.instance = uuid.uuid4().hex[:8]
+
+    def submit(self, job: Job) -> Future[JobResult]:
+        """Queue ``job``; it runs when a GPU is free."""
+        with self._lock:
+            if self._closed:
+                msg = "LocalGPUExecutor is shut down; create a new one"
+                raise RuntimeError(msg)
+            return self._pool.submit(self._run, job)
+
+    def _run(self, job: Job) -> JobResult:
+        gpu = self._free.get()
+        try:
+            return run_job(job, gpu=gpu)
+        finally:
+            self._free.put(gpu)
+
+    def shutdown(self) -> None:
+        """Wait for queued jobs and stop."""
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> LocalGPUExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

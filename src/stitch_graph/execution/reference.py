@@ -1,0 +1,264 @@
+"""Reference runs: outputs and eager/compile timings of the problem, in a process of its own.
+
+Reference outputs and timings never share a process with candidate code: a candidate that patches
+torch at import, or reads the reference's memory, must not be able to change what it is judged
+against. A reference worker seeds before building ``Model`` and before each input draw, draws
+``correctness_trials`` fresh inputs from the problem's own ``get_inputs()`` (refusing constant
+draws), runs the model with TF32 off unless allowed, saves inputs, outputs and the ``state_dict``,
+and times eager and ``torch.compile`` (default mode) on the same inputs. The result is cached on
+disk per (task digest, device, settings) so every candidate of a run is compared with the same one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stitch_graph.artifacts import Task
+from stitch_graph.execution._common import (
+    clone_to,
+    device_name,
+    draw_inputs,
+    init_inputs,
+    load_problem,
+    refill,
+    save,
+    set_tf32,
+)
+from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor
+from stitch_graph.execution.settings import RunSettings
+
+__all__ = [
+    "ReferenceData",
+    "ReferenceFailed",
+    "device_label",
+    "ensure_reference",
+    "reference_payload",
+    "run_reference_job",
+]
+
+INPUTS_FILE = "inputs.pt"
+OUTPUTS_FILE = "outputs.pt"
+STATE_FILE = "state_dict.pt"
+META_FILE = "meta.json"
+
+
+class ReferenceFailed(RuntimeError):
+    """The reference itself could not run; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ReferenceData:
+    """A cached reference run: its folder and what the worker reported."""
+
+    folder: Path
+    meta: dict[str, Any]
+
+    @property
+    def inputs_path(self) -> Path:
+        """Saved input draws (one list of forward arguments per trial)."""
+        return self.folder / INPUTS_FILE
+
+    @property
+    def outputs_path(self) -> Path:
+        """Saved outputs (one flat list of tensors per trial)."""
+        return self.folder / OUTPUTS_FILE
+
+    @property
+    def state_path(self) -> Path:
+        """Saved ``state_dict`` of the seeded ``Model``."""
+        return self.folder / STATE_FILE
+
+    def outputs(self) -> list[list[Any]]:
+        """Load the reference outputs (CPU tensors)."""
+        import torch
+
+        return torch.load(self.outputs_path, map_location="cpu", weights_only=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Worker side
+
+
+def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``reference`` jobs: outputs, state, timings into ``scratch``."""
+    import torch
+
+    device = payload.get("device", "cuda")
+    seed = int(payload["seed"])
+    trials = int(payload["trials"])
+    problem = load_problem(payload["source"], "stitch_reference_problem")
+    if device != "cpu":
+        set_tf32(bool(payload.get("allow_tf32", False)))
+    init = init_inputs(problem, seed)
+    torch.manual_seed(seed)
+    model = problem["Model"](*init)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    model = model.to(device)
+    draws = [draw_inputs(problem, seed + 1 + t) for t in range(trials)]
+    from stitch_graph.execution.compare import flatten_outputs
+
+    outputs: list[list[Any]] = []
+    out_specs: list[dict[str, Any]] = []
+    with torch.no_grad():
+        for draw in draws:
+            args = clone_to(draw, device)
+            flat = flatten_outputs(model(*args))
+            for i, value in enumerate(flat):
+                if not isinstance(value, torch.Tensor):
+                    msg = f"the reference's output {i} is a {type(value).__name__}, not a tensor"
+                    raise TypeError(msg)
+            outputs.append([v.detach().cpu().clone() for v in flat])
+            if not out_specs:
+                out_specs = [{"shape": list(v.shape), "dtype": str(v.dtype)} for v in flat]
+    save([[v.cpu() if isinstance(v, torch.Tensor) else v for v in d] for d in draws],
+         scratch / INPUTS_FILE)
+    save(outputs, scratch / OUTPUTS_FILE)
+    save(state, scratch / STATE_FILE)
+    result: dict[str, Any] = {
+        "device": device_name(device),
+        "outputs": out_specs,
+        "trials": trials,
+        "init_args": [repr(a) for a in init],
+    }
+    if device != "cpu" and payload.get("time", True):
+        result.update(_time_reference(model, draws, payload))
+    return result
+
+
+def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from stitch_graph.execution.timing import make_flush_buffer, time_cuda
+
+    runs = int(payload.get("timing_runs", 20))
+    warmup = int(payload.get("warmup_runs", 5))
+    args = clone_to(draws[0], "cuda")
+
+    def rotate(i: int) -> None:
+        refill(args, draws[i % len(draws)])
+
+    flush = make_flush_buffer()
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        eager = time_cuda(lambda: model(*args), warmup=warmup, runs=runs, before_each=rotate,
+                          flush_buffer=flush)
+        out["eager_ms"] = eager["median_ms"]
+        out["eager"] = eager
+        if payload.get("compile", True):
+            try:
+                compiled = torch.compile(model)
+                stats = time_cuda(lambda: compiled(*args), warmup=max(warmup, 3), runs=runs,
+                                  before_each=rotate, flush_buffer=flush)
+                out["compile_ms"] = stats["median_ms"]
+                out["compile"] = stats
+            except Exception as exc:  # noqa: BLE001 - a compile failure is a finding, not fatal
+                out["compile_ms"] = None
+                out["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Parent side
+
+
+@functools.lru_cache(maxsize=8)
+def device_label(device: str = "cuda") -> str:
+    """A short name of the GPU jobs will run on (from ``nvidia-smi``; ``cpu`` for CPU)."""
+    if device == "cpu":
+        return "cpu"
+    smi = shutil.which("nvidia-smi")
+    name = "cuda"
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout
+            name = next((ln.strip() for ln in out.splitlines() if ln.strip()), name)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return name
+
+
+def reference_payload(task: Task, settings: RunSettings, device: str = "cuda") -> dict[str, Any]:
+    """The ``reference`` job's payload for ``task`` under ``settings``."""
+    return {
+        "source": task.source,
+        "seed": settings.seed,
+        "trials": settings.trials,
+        "allow_tf32": settings.allow_tf32,
+        "timing_runs": settings.timing_runs,
+        "warmup_runs": settings.warmup_runs,
+        "device": device,
+    }
+
+
+def ensure_reference(
+    task: Task,
+    settings: RunSettings,
+    *,
+    executor: Executor | None = None,
+    device: str = "cuda",
+) -> ReferenceData:
+    """The cached reference run of ``task``, running it in a worker first if needed.
+
+    Args:
+        task: The problem.
+        settings: Trials, seed, TF32, timing runs, work folder, limits.
+        executor: Where the worker runs; a one-off ``LocalGPUExecutor`` when ``None``.
+        device: ``"cuda"``, or ``"cpu"`` for GPU-less tests (no timings).
+
+    Returns:
+        The reference data.
+
+    Raises:
+        ReferenceFailed: The reference crashed, timed out or raised.
+    """
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device_label(device)).strip("-").lower()
+    key = f"{task.digest}-{settings.reference_digest()}-{slug}"
+    root = settings.root() / "reference"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / META_FILE).exists():
+            return ReferenceData(folder, json.loads((folder / META_FILE).read_text()))
+        staging = root / f"{key}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        job = Job(
+            kind="reference",
+            payload=reference_payload(task, settings, device),
+            timeout_s=max(settings.timeout_s, 300.0),  # torch.compile takes a while when cold
+            memory_limit_mb=settings.memory_limit_mb,
+            scratch_dir=str(staging),
+            env={"CUPY_CACHE_DIR": str(settings.root() / "cupy-cache")},
+        )
+        own = executor is None
+        runner = executor or LocalGPUExecutor(max_workers=1)
+        try:
+            result = runner.submit(job).result()
+        finally:
+            if own:
+                runner.shutdown()
+        if result.status != "ok":
+            reason = result.reason or result.status
+            msg = f"reference failed: {reason}"
+            raise ReferenceFailed(msg)
+        meta = dict(result.result)
+        meta["seconds"] = result.seconds
+        (staging / META_FILE).write_text(json.dumps(meta))
+        for name in ("job.json", "stdout.txt", "stderr.txt", "result.json"):
+            (staging / name).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        return ReferenceData(folder, meta)

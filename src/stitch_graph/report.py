@@ -1,0 +1,64 @@
+"""A readable Markdown report of a run: outcome, plan, rounds and the measured numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(value: float | None, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.3f}{suffix}"
+
+
+def render_markdown(state: dict[str, Any]) -> str:
+    """The report of a finished run as Markdown."""
+    report = state["report"]
+    lines = [f"# {report.task}: {report.outcome}", "", report.summary, ""]
+    plan = state.get("plan")
+    if plan is not None:
+        lines += [f"## Plan (revision {plan.revision}, by {plan.author})", "", plan.summary, ""]
+        lines += ["| item | kernel | kind | ops | status | note |", "|---|---|---|---|---|---|"]
+        for i in plan.items:
+            lines.append(
+                f"| {i.id} | {i.kernel} | {i.kind} | {', '.join(i.ops)} | {i.status} | {i.note} |"
+            )
+        if plan.unsupported_ops:
+            lines += [
+                "",
+                "Unsupported (left to PyTorch, declared): " + ", ".join(plan.unsupported_ops),
+            ]
+        lines.append("")
+    history = state.get("history", [])
+    if history:
+        lines += [
+            "## Rounds",
+            "",
+            "| round | item | author | compiled | test | vs eager | "
+            "vs torch.compile | verdict | seconds |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in history:
+            lines.append(
+                f"| {r.round} | {r.item_id} | {r.author} | {r.compiled} | {r.test} | "
+                f"{_fmt(r.speedup_vs_eager, 'x')} | {_fmt(r.speedup_vs_compile, 'x')} | "
+                f"{r.feedback}: {r.summary} | {r.seconds:.1f} |"
+            )
+        lines.append("")
+    best = report.best
+    if best is not None and best.timing is not None:
+        t = best.timing
+        lines += [
+            "## Timing of the best program",
+            "",
+            f"Device: {t.device}; median of {t.runs} runs, same process and inputs for all three.",
+            "",
+            "| program | ms |",
+            "|---|---|",
+            f"| candidate | {_fmt(t.candidate_ms)} |",
+            f"| PyTorch eager | {_fmt(t.eager_ms)} |",
+            f"| torch.compile | {_fmt(t.compile_ms)} |",
+            "",
+        ]
+    failures = report.details.get("failures") or []
+    if failures:
+        lines += ["## Agent failures", ""] + [f"- {f['agent']}: {f['reason']}" for f in failures]
+    return "\n".join(lines) + "\n"
