@@ -1247,6 +1247,29 @@ class _OutputFlow:
                 self._assign(stmt.target, stmt.value)
         return flow
 
+    def _constant_expr(self, node: ast.AST, flow: _Flow) -> bool:
+        """Whether ``node`` is built only from literals and constant allocations."""
+        if isinstance(node, ast.Constant):
+            return node.value is not None
+        if isinstance(node, ast.Call):
+            dotted = self.an.names.dotted(node.func) or ""
+            if dotted.startswith("torch") and dotted.rsplit(".", 1)[-1] in _CONSTANT_ALLOCATORS:
+                return True
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _VIEW_METHODS:
+                return self._constant_expr(func.value, flow)
+            return False
+        if isinstance(node, ast.BinOp):
+            return self._constant_expr(node.left, flow) and self._constant_expr(node.right, flow)
+        if isinstance(node, ast.UnaryOp):
+            return self._constant_expr(node.operand, flow)
+        if isinstance(node, ast.Name):
+            roots = self.roots_of(node)
+            return bool(roots) and all(
+                r in self.constant_allocs and r not in flow.written for r in roots
+            )
+        return False
+
     def _check_return(self, stmt: ast.Return, flow: _Flow) -> None:
         value = stmt.value
         if value is None:
@@ -1260,11 +1283,9 @@ class _OutputFlow:
         if isinstance(item, ast.Constant) and item.value is not None:
             self.out.add("constant_output", f"returns the literal {shown}", stmt)
             return
-        if isinstance(item, ast.Call):
-            dotted = self.an.names.dotted(item.func) or ""
-            if dotted.rsplit(".", 1)[-1] in _CONSTANT_ALLOCATORS and dotted.startswith("torch"):
-                self.out.add("constant_output", f"returns a constant tensor {shown}", stmt)
-                return
+        if self._constant_expr(item, flow):
+            self.out.add("constant_output", f"returns a constant tensor {shown}", stmt)
+            return
         if "*" in flow.written:
             return
         roots = self.roots_of(item)

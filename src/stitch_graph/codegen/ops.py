@@ -1,0 +1,279 @@
+"""The op registry: one table from a canonical op name to its kind, its CUDA expression and its cost.
+
+Coverage is data, not a chain of ``if`` statements: the capture step maps every traced call to a
+canonical name, the scheduler asks this table what kind of node that is, and the emitter asks it for
+the scalar CUDA expression of a pointwise op. Adding an op is one ``_op(...)`` line; an op missing
+from the table (or marked ``UNSUPPORTED``) stays in PyTorch, declared, and ``explain_unsupported``
+says why.
+
+Expression templates name the op's arguments (``{input}``, ``{other}``, ``{negative_slope}``, ...);
+tensor operands become per-element values, Python numbers become C literals, and ``None`` takes the
+argument's default from the signature string.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "OpInfo",
+    "OpKind",
+    "REGISTRY",
+    "explain_unsupported",
+    "lookup",
+    "parse_signature",
+]
+
+OpKind = Literal[
+    "pointwise", "reduction", "norm", "softmax", "gemm", "conv", "view", "identity", "unsupported"
+]
+
+POINTWISE: OpKind = "pointwise"
+REDUCTION: OpKind = "reduction"
+NORM: OpKind = "norm"
+SOFTMAX: OpKind = "softmax"
+GEMM: OpKind = "gemm"
+CONV: OpKind = "conv"
+VIEW: OpKind = "view"
+IDENTITY: OpKind = "identity"
+UNSUPPORTED: OpKind = "unsupported"
+
+
+def parse_signature(signature: str) -> list[tuple[str, Any]]:
+    """Parse ``"input, dim=None, keepdim=False"`` into ``[(name, default), ...]``.
+
+    A parameter without a default gets the sentinel ``...`` (required).
+    """
+    params: list[tuple[str, Any]] = []
+    for part in filter(None, (p.strip() for p in signature.split(","))):
+        name, _, default = part.partition("=")
+        value: Any = ...
+        if default:
+            text = default.strip()
+            value = float(text) if text in ("inf", "-inf") else ast.literal_eval(text)
+        params.append((name.strip(), value))
+    return params
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the code generator knows about one canonical op.
+
+    Attributes:
+        name: Canonical op name (``relu``, ``layer_norm``, ``fft_fft``).
+        kind: Node kind the scheduler uses.
+        signature: Parameter names with defaults, in call order.
+        expr: CUDA expression template for pointwise ops, ``None`` otherwise.
+        flops: Floating-point operations per output element (planning estimate).
+        reads: Elements read per output element besides the inputs' own (planning estimate).
+        note: Why the op is unsupported, or how it is lowered.
+    """
+
+    name: str
+    kind: OpKind
+    signature: str = "input"
+    expr: str | None = None
+    flops: float = 1.0
+    reads: float = 0.0
+    note: str = ""
+    params: list[tuple[str, Any]] = field(default_factory=list, compare=False)
+
+    def bind(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Map positional and keyword call arguments onto the signature's names, with defaults."""
+        names = [n for n, _ in self.params]
+        bound: dict[str, Any] = {}
+        for name, value in zip(names, args, strict=False):
+            bound[name] = value
+        if len(args) > len(names):
+            bound["*extra"] = list(args[len(names) :])
+        for key, value in kwargs.items():
+            bound[key] = value
+        for name, default in self.params:
+            if bound.get(name) is None and default is not ...:
+                bound[name] = default
+        return bound
+
+
+REGISTRY: dict[str, OpInfo] = {}
+
+
+def _op(
+    name: str,
+    kind: OpKind,
+    signature: str = "input",
+    expr: str | None = None,
+    *,
+    flops: float = 1.0,
+    note: str = "",
+    aliases: tuple[str, ...] = (),
+) -> None:
+    info = OpInfo(name, kind, signature, expr, flops, 0.0, note, parse_signature(signature))
+    REGISTRY[name] = info
+    for alias in aliases:
+        REGISTRY[alias] = info
+
+
+# fmt: off
+# ---- pointwise, unary ------------------------------------------------------------------------
+_op("relu", POINTWISE, "input, inplace=False", "fmaxf({input}, 0.f)")
+_op("relu6", POINTWISE, "input, inplace=False", "fminf(fmaxf({input}, 0.f), 6.f)", flops=2)
+_op("gelu", POINTWISE, "input, approximate='none'", "(0.5f * {input} * (1.f + erff({input} * 0.70710678118654752f)))", flops=8)  # noqa: E501
+_op("gelu_tanh", POINTWISE, "input, approximate='tanh'", "(0.5f * {input} * (1.f + tanhf(0.79788456080286536f * ({input} + 0.044715f * {input} * {input} * {input}))))", flops=12)  # noqa: E501
+_op("sigmoid", POINTWISE, "input", "(1.f / (1.f + expf(-{input})))", flops=4)
+_op("silu", POINTWISE, "input, inplace=False", "({input} / (1.f + expf(-{input})))", flops=4)
+_op("tanh", POINTWISE, "input", "tanhf({input})", flops=4)
+_op("exp", POINTWISE, "input", "expf({input})", flops=2)
+_op("exp2", POINTWISE, "input", "exp2f({input})", flops=2)
+_op("expm1", POINTWISE, "input", "expm1f({input})", flops=2)
+_op("log", POINTWISE, "input", "logf({input})", flops=2)
+_op("log2", POINTWISE, "input", "log2f({input})", flops=2)
+_op("log10", POINTWISE, "input", "log10f({input})", flops=2)
+_op("log1p", POINTWISE, "input", "log1pf({input})", flops=2)
+_op("sqrt", POINTWISE, "input", "sqrtf({input})", flops=2)
+_op("rsqrt", POINTWISE, "input", "rsqrtf({input})", flops=2)
+_op("abs", POINTWISE, "input", "fabsf({input})")
+_op("neg", POINTWISE, "input", "(-{input})", aliases=("negative",))
+_op("reciprocal", POINTWISE, "input", "(1.f / {input})")
+_op("square", POINTWISE, "input", "({input} * {input})")
+_op("sin", POINTWISE, "input", "sinf({input})", flops=4)
+_op("cos", POINTWISE, "input", "cosf({input})", flops=4)
+_op("erf", POINTWISE, "input", "erff({input})", flops=4)
+_op("floor", POINTWISE, "input", "floorf({input})")
+_op("ceil", POINTWISE, "input", "ceilf({input})")
+_op("round", POINTWISE, "input", "rintf({input})")
+_op("trunc", POINTWISE, "input", "truncf({input})")
+_op("sign", POINTWISE, "input", "(float)(({input} > 0.f) - ({input} < 0.f))", aliases=("sgn",))
+_op("pow", POINTWISE, "input, exponent", "powf({input}, {exponent})", flops=4)
+_op("clamp", POINTWISE, "input, min=-inf, max=inf", "fminf(fmaxf({input}, {min}), {max})", flops=2, aliases=("clip",))  # noqa: E501
+_op("clamp_min", POINTWISE, "input, min", "fmaxf({input}, {min})")
+_op("clamp_max", POINTWISE, "input, max", "fminf({input}, {max})")
+_op("hardtanh", POINTWISE, "input, min_val=-1.0, max_val=1.0, inplace=False", "fminf(fmaxf({input}, {min_val}), {max_val})", flops=2)  # noqa: E501
+_op("leaky_relu", POINTWISE, "input, negative_slope=0.01, inplace=False", "({input} > 0.f ? {input} : {input} * {negative_slope})", flops=2)  # noqa: E501
+_op("hardswish", POINTWISE, "input, inplace=False", "({input} * fminf(fmaxf({input} + 3.f, 0.f), 6.f) / 6.f)", flops=4)  # noqa: E501
+_op("hardsigmoid", POINTWISE, "input, inplace=False", "(fminf(fmaxf({input} + 3.f, 0.f), 6.f) / 6.f)", flops=3)  # noqa: E501
+_op("softplus", POINTWISE, "input, beta=1.0, threshold=20.0", "({input} * {beta} > {threshold} ? {input} : log1pf(expf({input} * {beta})) / {beta})", flops=6)  # noqa: E501
+_op("elu", POINTWISE, "input, alpha=1.0, inplace=False", "({input} > 0.f ? {input} : {alpha} * expm1f({input}))", flops=4)  # noqa: E501
+_op("selu", POINTWISE, "input, inplace=False", "(1.0507009873554805f * ({input} > 0.f ? {input} : 1.6732632423543772f * expm1f({input})))", flops=5)  # noqa: E501
+_op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "fmaxf({input}, 0.f) + fminf(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
+_op("mish", POINTWISE, "input, inplace=False", "({input} * tanhf({input} > 20.f ? {input} : log1pf(expf({input}))))", flops=8)  # noqa: E501
+_op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
+_op("logsigmoid", POINTWISE, "input", "(fminf({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5)  # noqa: E501
+_op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
+_op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
+_op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
+_op("float", POINTWISE, "input", "(float)({input})", flops=0)
+# ---- pointwise, binary and ternary -----------------------------------------------------------
+_op("add", POINTWISE, "input, other, alpha=1", "({input} + {alpha} * {other})")
+_op("sub", POINTWISE, "input, other, alpha=1", "({input} - {alpha} * {other})", aliases=("subtract",))  # noqa: E501
+_op("rsub", POINTWISE, "input, other, alpha=1", "({other} - {alpha} * {input})")
+_op("mul", POINTWISE, "input, other", "({input} * {other})", aliases=("multiply",))
+_op("div", POINTWISE, "input, other, rounding_mode=None", "({input} / {other})", aliases=("true_divide", "divide", "truediv"))  # noqa: E501
+_op("div_floor", POINTWISE, "input, other, rounding_mode='floor'", "floorf({input} / {other})", aliases=("floordiv",))  # noqa: E501
+_op("remainder", POINTWISE, "input, other", "({input} - floorf({input} / {other}) * {other})", flops=3, aliases=("mod",))  # noqa: E501
+_op("fmod", POINTWISE, "input, other", "fmodf({input}, {other})", flops=3)
+_op("maximum", POINTWISE, "input, other", "fmaxf({input}, {other})", aliases=("fmax",))
+_op("minimum", POINTWISE, "input, other", "fminf({input}, {other})", aliases=("fmin",))
+_op("atan2", POINTWISE, "input, other", "atan2f({input}, {other})", flops=8)
+_op("gt", POINTWISE, "input, other", "({input} > {other})", aliases=("greater",))
+_op("lt", POINTWISE, "input, other", "({input} < {other})", aliases=("less",))
+_op("ge", POINTWISE, "input, other", "({input} >= {other})", aliases=("greater_equal",))
+_op("le", POINTWISE, "input, other", "({input} <= {other})", aliases=("less_equal",))
+_op("eq", POINTWISE, "input, other", "({input} == {other})")
+_op("ne", POINTWISE, "input, other", "({input} != {other})")
+_op("where", POINTWISE, "condition, input, other", "({condition} ? {input} : {other})")
+_op("masked_fill", POINTWISE, "input, mask, value", "({mask} ? {value} : {input})")
+_op("lerp", POINTWISE, "input, end, weight", "({input} + {weight} * ({end} - {input}))", flops=3)  # noqa: E501
+_op("addcmul", POINTWISE, "input, tensor1, tensor2, value=1", "({input} + {value} * {tensor1} * {tensor2})", flops=3)  # noqa: E501
+_op("addcdiv", POINTWISE, "input, tensor1, tensor2, value=1", "({input} + {value} * {tensor1} / {tensor2})", flops=3)  # noqa: E501
+_op("batch_norm_eval", POINTWISE, "input, running_mean, running_var, weight=1.0, bias=0.0, eps=1e-05", "(({input} - {running_mean}) * rsqrtf({running_var} + {eps}) * {weight} + {bias})", flops=5, note="batch norm with running statistics (eval mode)")  # noqa: E501
+# ---- reductions over one dim, a range of dims or everything ----------------------------------
+_op("sum", REDUCTION, "input, dim=None, keepdim=False, dtype=None")
+_op("mean", REDUCTION, "input, dim=None, keepdim=False, dtype=None")
+_op("amax", REDUCTION, "input, dim=None, keepdim=False")
+_op("amin", REDUCTION, "input, dim=None, keepdim=False")
+_op("max", REDUCTION, "input, dim=None, keepdim=False", note="with dim: values via getitem 0")
+_op("min", REDUCTION, "input, dim=None, keepdim=False", note="with dim: values via getitem 0")
+_op("prod", REDUCTION, "input, dim=None, keepdim=False, dtype=None")
+_op("argmax", REDUCTION, "input, dim=None, keepdim=False")
+_op("argmin", REDUCTION, "input, dim=None, keepdim=False")
+_op("var", REDUCTION, "input, dim=None, unbiased=True, keepdim=False, correction=None", flops=4)
+_op("std", REDUCTION, "input, dim=None, unbiased=True, keepdim=False, correction=None", flops=4)
+_op("logsumexp", REDUCTION, "input, dim, keepdim=False", flops=4)
+_op("norm", REDUCTION, "input, p='fro', dim=None, keepdim=False, dtype=None", flops=2)
+# ---- row operations: softmax family and normalisations ----------------------------------------
+_op("softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
+_op("log_softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
+_op("layer_norm", NORM, "input, normalized_shape, weight=None, bias=None, eps=1e-05", flops=8)
+_op("rms_norm", NORM, "input, normalized_shape, weight=None, eps=None", flops=6)
+_op("group_norm", NORM, "input, num_groups, weight=None, bias=None, eps=1e-05", flops=8)
+_op("batch_norm", NORM, "input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05", flops=8, note="training mode: batch statistics per channel")  # noqa: E501
+_op("instance_norm", NORM, "input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True, momentum=0.1, eps=1e-05", flops=8)  # noqa: E501
+# ---- library anchors --------------------------------------------------------------------------
+_op("linear", GEMM, "input, weight, bias=None", flops=2, note="cuBLAS sgemm, bias in the epilogue kernel")  # noqa: E501
+_op("matmul", GEMM, "input, other", flops=2, aliases=("mm", "bmm"))
+_op("addmm", GEMM, "input, mat1, mat2, beta=1, alpha=1", flops=2)
+_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="direct convolution kernel with fused bias and epilogue")  # noqa: E501
+_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="direct convolution kernel with fused bias and epilogue")  # noqa: E501
+# ---- views: host-side, no kernel --------------------------------------------------------------
+_op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
+_op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)
+_op("unflatten", VIEW, "input, dim, sizes", flops=0)
+_op("unsqueeze", VIEW, "input, dim", flops=0)
+_op("squeeze", VIEW, "input, dim=None", flops=0)
+_op("permute", VIEW, "input, *dims", flops=0)
+_op("transpose", VIEW, "input, dim0, dim1", flops=0, aliases=("swapaxes",))
+_op("t", VIEW, "input", flops=0)
+_op("expand", VIEW, "input, *sizes", flops=0)
+_op("expand_as", VIEW, "input, other", flops=0)
+_op("view_as", VIEW, "input, other", flops=0, aliases=("reshape_as",))
+_op("getitem", VIEW, "input, index", flops=0, note="basic slicing only")
+_op("narrow", VIEW, "input, dim, start, length", flops=0)
+_op("select", VIEW, "input, dim, index", flops=0)
+_op("chunk", VIEW, "input, chunks, dim=0", flops=0)
+_op("split", VIEW, "input, split_size_or_sections, dim=0", flops=0)
+# ---- identities: no work at all ---------------------------------------------------------------
+_op("contiguous", IDENTITY, "input, memory_format=None", flops=0, note="a copy when the input is a strided view")  # noqa: E501
+_op("clone", IDENTITY, "input, memory_format=None", flops=0)
+_op("detach", IDENTITY, "input", flops=0)
+_op("dropout", IDENTITY, "input, p=0.5, training=False, inplace=False", flops=0, note="identity when p == 0 or not training")  # noqa: E501
+_op("identity", IDENTITY, "input", flops=0)
+# ---- explicitly unsupported: they stay in PyTorch, declared ---------------------------------------
+_op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
+_op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
+_op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="sorting needs a segmented radix sort; no rule emits it")  # noqa: E501
+_op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="top-k needs a selection kernel; no rule emits it")  # noqa: E501
+_op("cumsum", UNSUPPORTED, "input, dim, dtype=None", note="scans are not generated yet")
+_op("cumprod", UNSUPPORTED, "input, dim, dtype=None", note="scans are not generated yet")
+_op("max_pool2d", UNSUPPORTED, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False", note="pooling windows are not generated yet")  # noqa: E501
+_op("avg_pool2d", UNSUPPORTED, "input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None", note="pooling windows are not generated yet")  # noqa: E501
+_op("conv_transpose2d", UNSUPPORTED, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", note="transposed convolution is not generated yet")  # noqa: E501
+_op("conv3d", UNSUPPORTED, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", note="3-D convolution is not generated yet")  # noqa: E501
+_op("embedding", UNSUPPORTED, "input, weight", note="gathers with integer indices are not generated yet")  # noqa: E501
+_op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
+_op("cat", UNSUPPORTED, "tensors, dim=0", note="concatenation is not generated yet", aliases=("concat", "concatenate"))  # noqa: E501
+_op("stack", UNSUPPORTED, "tensors, dim=0", note="stacking is not generated yet")
+# fmt: on
+
+
+def lookup(op: str) -> OpInfo | None:
+    """The registry entry of ``op``, or ``None`` when the op is unknown."""
+    return REGISTRY.get(op)
+
+
+def explain_unsupported(op: str) -> str:
+    """Say why ``op`` stays in PyTorch (empty string when the registry supports it).
+
+    Args:
+        op: Canonical op name.
+
+    Returns:
+        A sentence starting with ``unsupported: <op>``, or ``""`` for a supported op.
+    """
+    info = REGISTRY.get(op)
+    if info is None:
+        return f"unsupported: {op} (not in the op registry; add one _op(...) line to ops.py)"
+    if info.kind == UNSUPPORTED:
+        return f"unsupported: {op} ({info.note or 'no rule emits it'})"
+    return ""

@@ -1,0 +1,107 @@
+"""The graph's shape, persistence and use inside larger agent systems."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedChatModel, ScriptedExecutor, call, passed
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from test_routing import KERNEL, PROBLEM, plan_answer, program
+
+from stitch_graph import (
+    StitchContext,
+    as_tool,
+    build_agent_graph,
+    build_stitch_graph,
+    create_stitch_graph,
+    load_task,
+    sqlite_checkpointer,
+)
+from stitch_graph.agents.verifier import verifier_node
+from stitch_graph.tools.nvcc import find_nvcc
+
+SNAPSHOT = Path(__file__).with_name("graph.mmd")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
+
+
+def test_graph_shape_is_pinned():
+    drawn = create_stitch_graph().get_graph().draw_mermaid(with_styles=False)
+    assert drawn == SNAPSHOT.read_text()
+
+
+def test_each_agent_builds_alone():
+    coder = build_agent_graph("coder").compile().get_graph().draw_mermaid(with_styles=False)
+    assert "coder -.-> coder_tools" in coder
+    planner = build_agent_graph("planner").compile().get_graph().draw_mermaid(with_styles=False)
+    assert "planner --> __end__" in planner
+
+
+@needs_nvcc
+def test_resume_continues_from_the_last_completed_step(tmp_path):
+    task = load_task(PROBLEM, name="add_relu")
+    planner = ScriptedChatModel(script=[plan_answer()])
+    coder = ScriptedChatModel(script=[program()])
+    executor = ScriptedExecutor([passed()])
+    ctx = StitchContext(planner_model=planner, coder_model=coder, executor=executor,
+                        use_knowledge=False, max_tool_calls=0)
+    calls = {"n": 0}
+
+    def flaky_verifier(state, runtime):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt("killed")
+        return verifier_node(state, runtime)
+
+    db = tmp_path / "run.sqlite"
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = build_stitch_graph(verifier=flaky_verifier).compile(checkpointer=sqlite_checkpointer(db))
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke({"task": task}, config, context=ctx)
+    # a new process would open the same file: a fresh saver and graph
+    graph = build_stitch_graph(verifier=flaky_verifier).compile(checkpointer=sqlite_checkpointer(db))
+    assert graph.get_state(config).next == ("verifier",)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # restoring artefacts must not warn
+        result = graph.invoke(None, config, context=ctx)
+    assert result["report"].outcome == "verified"
+    assert len(planner.prompts) == 1 and len(coder.prompts) == 1, "no step was redone"
+
+
+@needs_nvcc
+def test_graph_as_a_node_of_a_parent_graph():
+    planner = ScriptedChatModel(script=[plan_answer()])
+    coder = ScriptedChatModel(script=[program()])
+    ctx = StitchContext(planner_model=planner, coder_model=coder,
+                        executor=ScriptedExecutor([passed()]), use_knowledge=False,
+                        max_tool_calls=0)
+    parent = StateGraph(MessagesState, context_schema=StitchContext)
+    parent.add_node("cuda_team", create_stitch_graph())
+    parent.add_edge(START, "cuda_team")
+    request = HumanMessage(content=f"Make this fast:\n```python\n{PROBLEM}\n```")
+    result = parent.compile().invoke({"messages": [request]}, context=ctx)
+    assert [m.type for m in result["messages"]] == ["human", "ai"]
+    assert "verified" in result["messages"][-1].content
+
+
+@needs_nvcc
+def test_graph_as_a_tool_of_a_tool_calling_agent():
+    from langchain.agents import create_agent
+
+    planner = ScriptedChatModel(script=[plan_answer()])
+    coder = ScriptedChatModel(script=[program()])
+    ctx = StitchContext(planner_model=planner, coder_model=coder,
+                        executor=ScriptedExecutor([passed()]), use_knowledge=False,
+                        max_tool_calls=0)
+    tool = as_tool(context=ctx)
+    supervisor = ScriptedChatModel(
+        script=[call("optimize_with_cuda", problem_source=PROBLEM), AIMessage(content="done")]
+    )
+    agent = create_agent(supervisor, tools=[tool])
+    result = agent.invoke({"messages": [HumanMessage(content="optimise my model")]})
+    tool_reply = result["messages"][2]
+    assert tool_reply.type == "tool"
+    assert '"outcome": "verified"' in tool_reply.content
+    assert KERNEL.strip()[:20] in tool_reply.content.replace("\\n", "\n")

@@ -1,0 +1,568 @@
+"""Static hack checks: an honest program passes, each known trick is caught by its rule."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from stitch_graph.artifacts import Candidate
+from stitch_graph.verify import HACK_RULES, HackReport, check_candidate
+
+ADD_RELU_KERNEL = """
+extern "C" __global__ void add_relu(const float* __restrict__ x, const float* __restrict__ b,
+                                    float* __restrict__ out, int n) {
+    // one thread per element, bounds-checked
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i] + b[i];
+        out[i] = v > 0.f ? v : 0.f;
+    }
+}
+"""
+
+HONEST_HOST = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = 256
+
+    def _grid(self, n: int) -> int:
+        return (n + self.block - 1) // self.block
+
+    def forward(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        b = b.expand_as(x).contiguous()
+        n = x.numel()
+        if x.shape[0] > 1024 and x.dim() == 2:
+            pass
+        out = torch.empty_like(x)
+        flat = out.view(-1)
+        KERNELS.add_relu(self._grid(n), self.block, x.view(-1), b.view(-1), flat, n)
+        return out.reshape(x.shape)
+"""
+
+REFERENCE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, b):
+        \"\"\"Add then clamp at zero.\"\"\"
+        y = torch.add(x, b)
+        return torch.relu(y)
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _host(body: str, *, header: str = "import torch\nimport torch.nn as nn\n") -> str:
+    """A ModelNew whose forward body is ``body`` (indented for you)."""
+    return header + textwrap.dedent(
+        """
+
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+
+            def forward(self, x, b):
+        """
+    ) + textwrap.indent(textwrap.dedent(body), " " * 8)
+
+
+def _candidate(host: str, kernel: str = ADD_RELU_KERNEL, **kwargs: object) -> Candidate:
+    return Candidate(kernel_source=kernel, host_source=host, **kwargs)
+
+
+LAUNCH = """
+n = x.numel()
+out = torch.empty_like(x)
+KERNELS.add_relu((n + 255) // 256, 256, x, b, out, n)
+"""
+
+HACKS: list[tuple[str, str, str, str]] = [
+    # (id, host, kernel, expected rule)
+    (
+        "torch_functional_call",
+        _host("import torch.nn.functional as F\nreturn F.relu(x + b)"),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "tensor_method_after_launch",
+        _host(LAUNCH + "return out.sum(dim=0).exp()"),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "matmul_operator",
+        _host(LAUNCH + "return out @ b"),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "submodule_call",
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+            class ModelNew(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.linear = nn.Linear(16, 16)
+
+                def forward(self, x, b):
+                    y = self.linear(x)
+                    out = torch.empty_like(y)
+                    KERNELS.add_relu(1, 256, y, b, out, y.numel())
+                    return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "subset_rows_then_torch_fills_rest",
+        _host(
+            """
+            n = x.numel()
+            half = x.shape[0] // 2
+            out = torch.empty_like(x)
+            KERNELS.add_relu((n // 2 + 255) // 256, 256, x, b, out, n // 2)
+            out[half:] = torch.relu(x[half:] + b[half:])
+            return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "helper_function_computes",
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+            def _finish(t, bias):
+                return t.clamp(min=0) * 1.0 + bias
+
+            class ModelNew(nn.Module):
+                def forward(self, x, b):
+                    out = torch.empty_like(x)
+                    KERNELS.add_relu(1, 256, x, b, out, x.numel())
+                    return _finish(out, b)
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
+        "cache_on_self",
+        _host(
+            """
+            if getattr(self, "_out", None) is not None:
+                return self._out
+            n = x.numel()
+            out = torch.empty_like(x)
+            KERNELS.add_relu((n + 255) // 256, 256, x, b, out, n)
+            self._out = out
+            return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "output_cache",
+    ),
+    (
+        "pointer_keyed_cache",
+        _host(
+            """
+            key = (x.data_ptr(), b.data_ptr())
+            cache = self.__dict__.setdefault("cache", {})
+            if key in cache:
+                return cache[key]
+            n = x.numel()
+            out = torch.empty_like(x)
+            KERNELS.add_relu((n + 255) // 256, 256, x, b, out, n)
+            cache[key] = out
+            return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "output_cache",
+    ),
+    (
+        "lru_cache_decorator",
+        textwrap.dedent(
+            """
+            import functools
+            import torch
+            import torch.nn as nn
+
+            class ModelNew(nn.Module):
+                @functools.lru_cache(maxsize=None)
+                def forward(self, x, b):
+                    out = torch.empty_like(x)
+                    KERNELS.add_relu(1, 256, x, b, out, x.numel())
+                    return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "output_cache",
+    ),
+    (
+        "global_last_result",
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+            _LAST = []
+
+            class ModelNew(nn.Module):
+                def forward(self, x, b):
+                    if _LAST:
+                        return _LAST[0]
+                    out = torch.empty_like(x)
+                    KERNELS.add_relu(1, 256, x, b, out, x.numel())
+                    _LAST.append(out)
+                    return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "output_cache",
+    ),
+    (
+        "constant_inside_tolerance",
+        _host(
+            """
+            scratch = torch.empty_like(x)
+            KERNELS.add_relu(1, 256, x, b, scratch, 1)
+            return torch.zeros_like(x) + 1e-5
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "constant_output",
+    ),
+    (
+        "unwritten_allocation",
+        _host(
+            """
+            scratch = torch.empty_like(x)
+            out = torch.full_like(x, 0.5)
+            KERNELS.add_relu(1, 256, x, b, scratch, 1)
+            return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "constant_output",
+    ),
+    (
+        "item_branch",
+        _host(
+            """
+            if x.max().item() < 0:
+                return torch.zeros_like(x)
+            """
+            + LAUNCH
+            + "return out\n"
+        ),
+        ADD_RELU_KERNEL,
+        "input_branch",
+    ),
+    (
+        "tensor_compare_branch",
+        _host(LAUNCH + "return out if (x > 0).all() else b\n"),
+        ADD_RELU_KERNEL,
+        "input_branch",
+    ),
+    (
+        "torch_compile",
+        _host(LAUNCH + "return torch.compile(lambda t: t)(out)"),
+        ADD_RELU_KERNEL,
+        "codegen_call",
+    ),
+    (
+        "compile_in_disguise",
+        _host(LAUNCH + 'fast = getattr(torch, "comp" + "ile")\nreturn fast(lambda t: t)(out)'),
+        ADD_RELU_KERNEL,
+        "codegen_call",
+    ),
+    (
+        "triton_import",
+        _host(LAUNCH + "return out", header="import torch\nimport torch.nn as nn\nimport triton\n"),
+        ADD_RELU_KERNEL,
+        "codegen_call",
+    ),
+    (
+        "cupy_elementwise",
+        _host(
+            """
+            import cupy
+            k = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = max(a + b, 0.f)")
+            """
+            + LAUNCH
+            + "return out"
+        ),
+        ADD_RELU_KERNEL,
+        "codegen_call",
+    ),
+    (
+        "aten_direct",
+        _host(LAUNCH + "return torch.ops.aten.relu.default(out)"),
+        ADD_RELU_KERNEL,
+        "codegen_call",
+    ),
+    (
+        "imports_reference_model",
+        _host(
+            LAUNCH + "return out",
+            header="import torch\nimport torch.nn as nn\nfrom problem import Model\n",
+        ),
+        ADD_RELU_KERNEL,
+        "reference_access",
+    ),
+    (
+        "inspects_modules",
+        _host("import sys\nref = sys.modules['__main__']\n" + LAUNCH + "return out"),
+        ADD_RELU_KERNEL,
+        "reference_access",
+    ),
+    (
+        "torch_patched_at_import",
+        _host(
+            LAUNCH + "return out",
+            header="import torch\nimport torch.nn as nn\ntorch.cuda.synchronize = lambda: None\n",
+        ),
+        ADD_RELU_KERNEL,
+        "timing_tamper",
+    ),
+    (
+        "background_thread",
+        _host(
+            LAUNCH + "return out",
+            header="import threading\nimport torch\nimport torch.nn as nn\n",
+        ),
+        ADD_RELU_KERNEL,
+        "timing_tamper",
+    ),
+    (
+        "fp16_cast",
+        _host(
+            """
+            n = x.numel()
+            xh = x.half()
+            bh = b.to(torch.float16)
+            out = torch.empty_like(xh)
+            KERNELS.add_relu((n + 255) // 256, 256, xh, bh, out, n)
+            return out
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "precision_downgrade",
+    ),
+    (
+        "tf32_switch",
+        _host(
+            LAUNCH + "return out",
+            header="import torch\nimport torch.nn as nn\n"
+            "torch.backends.cuda.matmul.allow_tf32 = True\n",
+        ),
+        ADD_RELU_KERNEL,
+        "precision_downgrade",
+    ),
+    (
+        "half_in_kernel",
+        _host(LAUNCH + "return out"),
+        ADD_RELU_KERNEL.replace(
+            "float v = x[i] + b[i];", "float v = __half2float(__float2half(x[i]) + b[i]);"
+        ),
+        "precision_downgrade",
+    ),
+    (
+        "copy_kernel",
+        _host(LAUNCH + "return out"),
+        """
+        extern "C" __global__ void add_relu(const float* __restrict__ x, const float* b,
+                                            float* out, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) {
+                float v = x[i];
+                out[i] = v;
+            }
+        }
+        """,
+        "trivial_kernel",
+    ),
+    (
+        "empty_kernel",
+        _host(LAUNCH + "return out"),
+        'extern "C" __global__ void add_relu(const float* x, const float* b, float* out, int n)'
+        " { }",
+        "trivial_kernel",
+    ),
+    (
+        "no_launch",
+        _host("out = torch.empty_like(x)\nreturn out"),
+        ADD_RELU_KERNEL,
+        "no_kernel_launch",
+    ),
+]
+
+
+def test_rules_documented() -> None:
+    expected = {rule for _, _, _, rule in HACKS}
+    assert expected <= set(HACK_RULES)
+    assert all(text.strip() for text in HACK_RULES.values())
+
+
+def test_honest_candidate_is_clean() -> None:
+    report = check_candidate(_candidate(HONEST_HOST), reference_source=REFERENCE)
+    assert isinstance(report, HackReport)
+    assert report.findings == [], report.findings
+    assert not report.rejected
+    assert report.declared_uses == []
+
+
+def test_honest_candidate_with_workspace_on_self() -> None:
+    host = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.out = None
+
+            def forward(self, x, b):
+                n = x.numel()
+                if self.out is None or self.out.shape != x.shape:
+                    self.out = torch.empty_like(x)
+                KERNELS.add_relu((n + 255) // 256, 256, x, b, self.out, n)
+                return self.out
+        """
+    )
+    assert check_candidate(_candidate(host)).findings == []
+
+
+@pytest.mark.parametrize(
+    ("host", "kernel", "rule"),
+    [pytest.param(h, k, r, id=i) for i, h, k, r in HACKS],
+)
+def test_hack_is_flagged(host: str, kernel: str, rule: str) -> None:
+    report = check_candidate(_candidate(host, kernel), reference_source=REFERENCE)
+    assert report.rejected
+    assert rule in report.rules, report.findings
+
+
+def test_at_least_eighteen_hacks_cover_every_rule() -> None:
+    assert len(HACKS) >= 18
+    covered = {rule for _, _, _, rule in HACKS}
+    hack_rules = set(HACK_RULES) - {"declared_torch_op", "host_syntax_error", "missing_model_new"}
+    assert hack_rules <= covered
+
+
+def test_copied_reference_forward() -> None:
+    host = _host(
+        """
+        out = torch.empty_like(x)
+        KERNELS.add_relu(1, 256, x, b, out, 1)
+        y = torch.add(x, b)
+        return torch.relu(y)
+        """
+    )
+    report = check_candidate(_candidate(host), reference_source=REFERENCE)
+    assert "reference_access" in report.rules
+    assert "torch_compute" in report.rules
+
+
+def test_declared_partial_program_is_allowed() -> None:
+    host = _host(
+        """
+        y = torch.nn.functional.conv2d(x, b)
+        n = y.numel()
+        out = torch.empty_like(y)
+        KERNELS.add_relu((n + 255) // 256, 256, y, y, out, n)
+        return out
+        """
+    )
+    report = check_candidate(_candidate(host, declared_torch_ops=["conv2d"]))
+    assert not report.rejected, report.findings
+    assert "conv2d" in report.declared_uses
+    assert [n.rule for n in report.notes] == ["declared_torch_op"]
+
+
+def test_declared_op_matches_other_spellings() -> None:
+    host = _host(
+        """
+        y = torch.nn.functional.conv2d(x, b)
+        out = torch.empty_like(y)
+        KERNELS.add_relu(1, 256, y, y, out, y.numel())
+        return out
+        """
+    )
+    report = check_candidate(_candidate(host, declared_torch_ops=["aten.convolution"]))
+    assert not report.rejected
+    assert report.declared_uses == ["conv2d"]
+
+
+def test_undeclared_conv_is_rejected() -> None:
+    host = _host(
+        """
+        y = torch.nn.functional.conv2d(x, b)
+        out = torch.empty_like(y)
+        KERNELS.add_relu(1, 256, y, y, out, y.numel())
+        return out
+        """
+    )
+    report = check_candidate(_candidate(host))
+    assert report.rejected
+    assert "torch_compute" in report.rules
+    assert report.declared_uses == []
+
+
+def test_half_kernel_allowed_for_fp16_reference() -> None:
+    kernel = ADD_RELU_KERNEL.replace("float v = x[i] + b[i];", "float v = __half2float(h[i]);")
+    host = _host(LAUNCH + "return out")
+    fp32 = check_candidate(_candidate(host, kernel))
+    fp16 = check_candidate(_candidate(host, kernel), reference_dtype="float16")
+    assert "precision_downgrade" in fp32.rules
+    assert "precision_downgrade" not in fp16.rules
+
+
+def test_shape_branches_and_int_arithmetic_are_fine() -> None:
+    host = _host(
+        """
+        rows, cols = x.shape
+        block = 128 if cols < 1024 else 256
+        grid = (rows * cols + block - 1) // block
+        out = torch.empty((rows, cols), device=x.device, dtype=x.dtype)
+        while grid > 65535:
+            grid = grid // 2
+        KERNELS.add_relu(grid, block, x, b, out, rows * cols)
+        return out
+        """
+    )
+    assert check_candidate(_candidate(host)).findings == []
+
+
+def test_syntax_error_and_missing_model() -> None:
+    broken = check_candidate(_candidate("def forward(:\n"))
+    assert broken.rules == ["host_syntax_error"]
+    missing = check_candidate(_candidate("import torch\n"))
+    assert missing.rules == ["missing_model_new"]
