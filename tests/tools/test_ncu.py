@@ -31,17 +31,46 @@ SOL_SECTION = "GPU Speed Of Light Throughput"
 
 
 def _row(
-    launch: int, kernel: str, section: str, name: str, unit: str, value: str,
-    block: str = "(256, 1, 1)", grid: str = "(1024, 1, 1)",
+    launch: int,
+    kernel: str,
+    section: str,
+    name: str,
+    unit: str,
+    value: str,
+    block: str = "(256, 1, 1)",
+    grid: str = "(1024, 1, 1)",
 ) -> str:
-    cells = [str(launch), "4242", "python3.12", "127.0.0.1", kernel, "1", "7", block, grid, "0",
-             "9.0", section, name, unit, value]
+    cells = [
+        str(launch),
+        "4242",
+        "python3.12",
+        "127.0.0.1",
+        kernel,
+        "1",
+        "7",
+        block,
+        grid,
+        "0",
+        "9.0",
+        section,
+        name,
+        unit,
+        value,
+    ]
     return ",".join(f'"{c}"' for c in cells) + ","
 
 
 def _launch(
-    launch: int, kernel: str, *, duration: str, unit: str = "ns", dram: str, sm: str,
-    memory: str | None = None, grid: str = "(1024, 1, 1)", occupancy: str = "80",
+    launch: int,
+    kernel: str,
+    *,
+    duration: str,
+    unit: str = "ns",
+    dram: str,
+    sm: str,
+    memory: str | None = None,
+    grid: str = "(1024, 1, 1)",
+    occupancy: str = "80",
 ) -> list[str]:
     rows = [
         ("Memory Throughput", "%", memory or dram),
@@ -175,8 +204,9 @@ def test_preamble_and_program_output_are_ignored() -> None:
 def test_classify_bottleneck(
     dram: float, sm: float, duration_us: float, grid: int, expected: str
 ) -> None:
-    m = KernelMetrics(name="k", dram_pct=dram, memory_pct=dram, sm_pct=sm,
-                      duration_us=duration_us, grid_size=grid)
+    m = KernelMetrics(
+        name="k", dram_pct=dram, memory_pct=dram, sm_pct=sm, duration_us=duration_us, grid_size=grid
+    )
     assert classify_bottleneck(m) == expected
 
 
@@ -207,8 +237,13 @@ def test_summary_headroom_is_clipped_and_rules_quoted() -> None:
 
 
 def test_ncu_command_default_sections() -> None:
-    cmd = ncu_command(["python", "bench.py", "--n", "4"], kernel_filter="axpy",
-                      launch_skip=3, launch_count=2, ncu="ncu")
+    cmd = ncu_command(
+        ["python", "bench.py", "--n", "4"],
+        kernel_filter="axpy",
+        launch_skip=3,
+        launch_count=2,
+        ncu="ncu",
+    )
     assert cmd[:6] == ["ncu", "--csv", "--page", "details", "--clock-control", "none"]
     assert cmd.count("--section") == 3
     for section in ("SpeedOfLight", "Occupancy", "LaunchStats"):
@@ -220,8 +255,15 @@ def test_ncu_command_default_sections() -> None:
 
 
 def test_ncu_command_full_set_and_options() -> None:
-    cmd = ncu_command(["./a.out"], set_full=True, launch_count=None, clock_control="base",
-                      kernel_filter="exact:axpy", extra=["--cache-control", "all"], ncu="ncu")
+    cmd = ncu_command(
+        ["./a.out"],
+        set_full=True,
+        launch_count=None,
+        clock_control="base",
+        kernel_filter="exact:axpy",
+        extra=["--cache-control", "all"],
+        ncu="ncu",
+    )
     assert cmd[cmd.index("--set") + 1] == "full"
     assert "--section" not in cmd
     assert "--launch-count" not in cmd
@@ -251,14 +293,21 @@ def fake_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("STITCH_NCU", str(script))
 
-    def run(output: str, rc: int = 0, timeout_s: float = 30.0, sleep: float = 0.0,
-            stderr: str = ""):
+    def run(
+        output: str, rc: int = 0, timeout_s: float = 30.0, sleep: float = 0.0, stderr: str = ""
+    ):
         out = tmp_path / "out.txt"
         out.write_text(output)
-        env = {"FAKE_NCU_OUT": str(out), "FAKE_NCU_ARGS": str(tmp_path / "args.txt"),
-               "FAKE_NCU_RC": str(rc), "FAKE_NCU_SLEEP": str(sleep), "FAKE_NCU_STDERR": stderr}
-        report = ncu_profile(["python", "bench.py"], kernel_filter="axpy", env=env,
-                             cwd=tmp_path, timeout_s=timeout_s)
+        env = {
+            "FAKE_NCU_OUT": str(out),
+            "FAKE_NCU_ARGS": str(tmp_path / "args.txt"),
+            "FAKE_NCU_RC": str(rc),
+            "FAKE_NCU_SLEEP": str(sleep),
+            "FAKE_NCU_STDERR": stderr,
+        }
+        report = ncu_profile(
+            ["python", "bench.py"], kernel_filter="axpy", env=env, cwd=tmp_path, timeout_s=timeout_s
+        )
         args_file = tmp_path / "args.txt"
         args = args_file.read_text().splitlines() if args_file.exists() else []
         return report, args

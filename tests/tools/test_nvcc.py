@@ -187,9 +187,9 @@ def test_unresolved_device_function_is_a_ptxas_error(build_dir: Path) -> None:
     source = '__device__ int f(int);\nextern "C" __global__ void k(int* y) { y[0] = f(1); }\n'
     result = nvcc_compile(_unique(source), work_dir=build_dir)
     assert not result.ok
-    assert any(
-        e.message.startswith("ptxas:") and "f(int)" in e.message for e in result.errors
-    ), result.diagnostics
+    assert any(e.message.startswith("ptxas:") and "f(int)" in e.message for e in result.errors), (
+        result.diagnostics
+    )
 
 
 @needs_nvcc
@@ -259,9 +259,7 @@ extern "C" int make_handle() {
     assert result.artifact is not None and Path(result.artifact).is_file()
 
 
-def test_missing_nvcc_is_a_clear_failure(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_nvcc_is_a_clear_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STITCH_NVCC", str(tmp_path / "no-such-nvcc"))
     monkeypatch.setenv("PATH", str(tmp_path))
     result = nvcc_compile(GOOD, work_dir=tmp_path / "builds")

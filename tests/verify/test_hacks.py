@@ -70,8 +70,9 @@ def get_init_inputs():
 """
 
 
-def _host(body: str, *, header: str = "import torch\nimport torch.nn as nn\n") -> str:
-    """A ModelNew whose forward body is ``body`` (indented for you)."""
+def _host(*parts: str, header: str = "import torch\nimport torch.nn as nn\n") -> str:
+    """A ModelNew whose forward body is ``parts`` joined (each dedented, indented for you)."""
+    body = "\n".join(textwrap.dedent(p).strip("\n") for p in parts) + "\n"
     return header + textwrap.dedent(
         """
 
@@ -277,9 +278,9 @@ HACKS: list[tuple[str, str, str, str]] = [
             """
             if x.max().item() < 0:
                 return torch.zeros_like(x)
-            """
-            + LAUNCH
-            + "return out\n"
+            """,
+            LAUNCH,
+            "return out",
         ),
         ADD_RELU_KERNEL,
         "input_branch",
@@ -314,9 +315,9 @@ HACKS: list[tuple[str, str, str, str]] = [
             """
             import cupy
             k = cupy.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = max(a + b, 0.f)")
-            """
-            + LAUNCH
-            + "return out"
+            """,
+            LAUNCH,
+            "return out",
         ),
         ADD_RELU_KERNEL,
         "codegen_call",

@@ -41,6 +41,7 @@ __all__ = [
     "CandidateRun",
     "candidate_job",
     "judge_candidate",
+    "prepare_candidate",
     "run_candidate",
     "run_candidate_job",
 ]
@@ -89,16 +90,19 @@ def _call(model: Any, args: list[Any]) -> list[Any]:
         return flatten_outputs(model(*args))
 
 
-def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    """Worker handler of ``candidate`` jobs."""
+def prepare_candidate(payload: dict[str, Any]) -> dict[str, Any]:
+    """Load and construct the candidate as a worker does; returns its parts by name.
+
+    Keys: ``model``, ``args`` (device inputs of the first draw), ``draws`` (CPU draws),
+    ``state_info``, ``phases``, ``candidate``, ``built``, ``cuda``.
+    """
     import torch
 
     device = payload.get("device", "cuda")
     seed = int(payload["seed"])
     candidate = Candidate.model_validate(payload["candidate"])
     built = BuiltProgram.model_validate(payload["built"])
-    specs: list[dict[str, Any]] = payload.get("output_specs", [])
-    timings: dict[str, float] = {}
+    phases: dict[str, float] = {}
     t0 = time.perf_counter()
     problem = load_problem(payload["source"], "stitch_candidate_problem")
     if device != "cpu":
@@ -107,7 +111,7 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     model_cls = load_model_class(
         candidate, built.build_dir, built.artifact, device=device, arch=built.arch or None
     )
-    timings["load_s"] = time.perf_counter() - t0
+    phases["load_s"] = time.perf_counter() - t0
     init = init_inputs(problem, seed)
     torch.manual_seed(seed)
     model = model_cls(*init)
@@ -116,8 +120,28 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
         state_info = _load_matching_state(model, payload["state_path"])
         model = model.to(device)
     draws = torch.load(payload["inputs_path"], map_location="cpu", weights_only=True)
-    args = clone_to(draws[0], device)
-    cuda = device != "cpu"
+    return {
+        "model": model,
+        "args": clone_to(draws[0], device),
+        "draws": draws,
+        "state_info": state_info,
+        "phases": phases,
+        "candidate": candidate,
+        "built": built,
+        "cuda": device != "cpu",
+        "device": device,
+    }
+
+
+def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``candidate`` jobs."""
+    import torch
+
+    prepared = prepare_candidate(payload)
+    model, args, draws = prepared["model"], prepared["args"], prepared["draws"]
+    candidate, built, cuda = prepared["candidate"], prepared["built"], prepared["cuda"]
+    timings = prepared["phases"]
+    specs: list[dict[str, Any]] = payload.get("output_specs", [])
     t1 = time.perf_counter()
     _call(model, args)  # first call: lazy set-up, kernel loading
     if cuda:
@@ -165,7 +189,7 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     save(saved, scratch / CANDIDATE_OUTPUTS)
     timings["trials_s"] = time.perf_counter() - t1
     result: dict[str, Any] = {
-        "device": device_name(device),
+        "device": device_name(prepared["device"]),
         "trials": trials,
         "outputs_file": CANDIDATE_OUTPUTS,
         "state_dict": state_info,

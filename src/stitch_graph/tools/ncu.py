@@ -549,8 +549,7 @@ def summarize_profile(
     )
     if advice:
         parts.append(
-            "ncu rules (estimated speedup): "
-            + ", ".join(f"{r[1]} {r[3]:.0f}%" for r in advice[:3])
+            "ncu rules (estimated speedup): " + ", ".join(f"{r[1]} {r[3]:.0f}%" for r in advice[:3])
         )
     return ProfileReport(
         status="passed",

@@ -594,8 +594,12 @@ def _demangle(names: list[str]) -> list[str]:
         return names
     try:
         out = subprocess.run(
-            [tool], input="\n".join(mangled) + "\n", capture_output=True, text=True,
-            timeout=10, check=False,
+            [tool],
+            input="\n".join(mangled) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return names

@@ -1420,8 +1420,8 @@ _KERNEL_HEAD = re.compile(
     re.S,
 )
 _HALF_KERNEL = re.compile(
-    r"\b(__half2?|__nv_bfloat162?|half2|nv_bfloat16|__float2half\w*|__float2bfloat16\w*|"
-    r"__floats2half2\w*|__floats2bfloat162\w*|__float_to_tf32|wmma::precision::tf32)\b"
+    r"\b(__\w*half\w*|__\w*bfloat16\w*|half2|nv_bfloat16|__float_to_tf32|"
+    r"wmma::precision::tf32)\b"
     r"|cvt\.rna\.tf32|\.f16\b|\.bf16\b|\.tf32\b"
 )
 _LOAD = re.compile(r"^(?:__ldg\s*\(\s*&?\s*)?\w+\s*\[[^\]]*\]\s*\)?$")

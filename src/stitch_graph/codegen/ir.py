@@ -1,0 +1,190 @@
+"""The program IR: tensors, canonical op nodes and fusion groups.
+
+The capture step lowers a traced PyTorch program into ``ProgramIR``: a topologically ordered list
+of ``OpNode`` whose arguments are ``Ref`` (to an input, a parameter or another node) or Python
+constants, with static shapes and the strides our own buffers will have. The scheduler groups nodes
+into ``Group`` (one kernel each, usually): a pointwise expression DAG, or an anchor (reduction,
+normalisation, softmax, GEMM, convolution) with pointwise producers fused as prologue and consumers
+as epilogue. Everything downstream (plan, emission) reads these few types only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stitch_graph.artifacts import Task
+
+__all__ = [
+    "Group",
+    "GroupKind",
+    "OpNode",
+    "ParamSpec",
+    "ProgramIR",
+    "Ref",
+    "contiguous_strides",
+    "numel",
+]
+
+RefKind = Literal["input", "param", "node"]
+GroupKind = Literal["pointwise", "reduction", "norm", "softmax", "gemm", "conv"]
+
+
+def numel(shape: tuple[int, ...] | list[int]) -> int:
+    """Number of elements of ``shape``."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape``."""
+    strides: list[int] = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor value: a forward input, a parameter/buffer (dotted name) or a node's output."""
+
+    kind: RefKind
+    name: str
+
+
+@dataclass
+class ParamSpec:
+    """A parameter or buffer of the reference module, under its dotted ``state_dict`` name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    buffer: bool = False
+    persistent: bool = True
+    value: list[Any] | None = None  # baked values of non-persistent buffers and constants
+
+
+@dataclass
+class OpNode:
+    """One canonical op of the program.
+
+    Attributes:
+        name: Unique node name (from the trace), a valid Python identifier.
+        op: Canonical op name, a key of the op registry (or an unknown name).
+        args: Bound arguments by signature name; tensors are ``Ref``.
+        shape: Output shape.
+        dtype: Output dtype name.
+        call: Python callable of the original call (``torch.nn.functional.gelu``) or
+            ``.method`` for a tensor method, used when the node runs in PyTorch.
+        call_args: Original positional arguments (``Ref`` for tensors).
+        call_kwargs: Original keyword arguments.
+        attrs: Lowering details (e.g. broadcast shapes of per-channel operands).
+    """
+
+    name: str
+    op: str
+    args: dict[str, Any]
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    call: str = ""
+    call_args: list[Any] = field(default_factory=list)
+    call_kwargs: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def tensor_refs(self) -> list[Ref]:
+        """Tensor operands in argument order (nested lists included)."""
+        refs: list[Ref] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, Ref):
+                if value not in refs:
+                    refs.append(value)
+            elif isinstance(value, list | tuple):
+                for v in value:
+                    walk(v)
+
+        for value in self.args.values():
+            walk(value)
+        return refs
+
+
+@dataclass
+class ProgramIR:
+    """A captured program: inputs, parameters, nodes in program order and outputs."""
+
+    task: Task
+    inputs: list[tuple[str, tuple[int, ...] | None]]
+    input_values: dict[str, Any]
+    params: list[ParamSpec]
+    nodes: list[OpNode]
+    outputs: list[Ref]
+    output_is_tuple: bool = False
+    shapes: dict[Ref, tuple[int, ...]] = field(default_factory=dict)
+    strides: dict[Ref, tuple[int, ...]] = field(default_factory=dict)
+    dtypes: dict[Ref, str] = field(default_factory=dict)
+    training: bool = True
+    method: str = "fx"
+    notes: list[str] = field(default_factory=list)
+
+    def node(self, name: str) -> OpNode:
+        """The node called ``name``."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        msg = f"no node named {name!r} in the program"
+        raise KeyError(msg)
+
+    def users(self) -> dict[str, list[str]]:
+        """Node name -> names of the nodes that read it (outputs count as the user ``output``)."""
+        users: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for ref in n.tensor_refs():
+                if ref.kind == "node" and n.name not in users[ref.name]:
+                    users[ref.name].append(n.name)
+        for ref in self.outputs:
+            if ref.kind == "node":
+                users[ref.name].append("output")
+        return users
+
+    def shape(self, ref: Ref) -> tuple[int, ...]:
+        """Static shape of a tensor value."""
+        return self.shapes[ref]
+
+    def is_contiguous(self, ref: Ref) -> bool:
+        """Whether our buffer for ``ref`` is row-major contiguous."""
+        shape = self.shapes[ref]
+        strides = self.strides.get(ref, contiguous_strides(shape))
+        return all(
+            s == c or d == 1
+            for d, s, c in zip(shape, strides, contiguous_strides(shape), strict=True)
+        )
+
+
+@dataclass
+class Group:
+    """Nodes fused into one kernel (or one library call plus its epilogue kernel).
+
+    Attributes:
+        id: Stable id (``k0``, ``k1``, ...), also the plan item's id.
+        kind: What the kernel is built around.
+        anchor: The reduction/normalisation/GEMM/convolution node, ``None`` for pointwise.
+        prologue: Pointwise nodes computed while loading the anchor's input.
+        epilogue: Pointwise nodes applied to the anchor's result (all members for pointwise).
+        output: The one node whose value the group writes to memory.
+    """
+
+    id: str
+    kind: GroupKind
+    anchor: str | None
+    prologue: list[str]
+    epilogue: list[str]
+    output: str
+
+    @property
+    def members(self) -> list[str]:
+        """All node names in evaluation order."""
+        return [*self.prologue, *([self.anchor] if self.anchor else []), *self.epilogue]
