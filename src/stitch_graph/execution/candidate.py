@@ -192,7 +192,7 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
         "device": device_name(prepared["device"]),
         "trials": trials,
         "outputs_file": CANDIDATE_OUTPUTS,
-        "state_dict": state_info,
+        "state_dict": prepared["state_info"],
         "used_cubin": bool(built.cubin_path) and candidate.form == "nvrtc",
         "phases": timings,
     }
@@ -270,7 +270,9 @@ def _error_reason(job: JobResult) -> str:
     return job.reason or job.status
 
 
-def judge_candidate(job: JobResult, reference: ReferenceData, settings: RunSettings) -> CandidateRun:
+def judge_candidate(
+    job: JobResult, reference: ReferenceData, settings: RunSettings
+) -> CandidateRun:
     """Turn a finished candidate job into ``TestResult`` and ``TimingResult``.
 
     Args:

@@ -64,7 +64,9 @@ def aliases_any(output: Any, inputs: Iterable[Any]) -> bool:
     return False
 
 
-def compare_output(index: int, output: Any, reference: Any, *, atol: float, rtol: float) -> OutputCheck:
+def compare_output(
+    index: int, output: Any, reference: Any, *, atol: float, rtol: float
+) -> OutputCheck:
     """Compare one candidate output with the reference's.
 
     Args:
@@ -95,7 +97,8 @@ def compare_output(index: int, output: Any, reference: Any, *, atol: float, rtol
     a = output.detach().to("cpu")
     b = reference.detach().to("cpu")
     if a.is_complex() or b.is_complex():
-        a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
+        a = torch.view_as_real(a.to(torch.complex128))
+        b = torch.view_as_real(b.to(torch.complex128))
     else:
         a, b = a.to(torch.float64), b.to(torch.float64)
     finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)

@@ -87,8 +87,10 @@ class JobResult(BaseModel):
 
 
 def _worker_argv(job_path: Path) -> list[str]:
-    return [sys.executable, "-X", "faulthandler", "-m", "stitch_graph.execution.worker",
-            str(job_path)]
+    """``python _bootstrap.py JOB``: like ``-m stitch_graph.execution.worker`` but without the
+    package's heavy top-level imports."""
+    bootstrap = Path(__file__).with_name("_bootstrap.py")
+    return [sys.executable, "-X", "faulthandler", str(bootstrap), str(job_path)]
 
 
 def _python_path() -> str:

@@ -1,0 +1,74 @@
+"""Execution: run candidate programs and their references in isolated worker processes.
+
+Everything here exists so that a verdict can be trusted. Each candidate runs in a fresh worker
+process (own process group, timeout, memory watch, scrubbed environment, own scratch folder); the
+reference runs in another, once per task, so candidate code can never touch what it is judged
+against. Correctness is strict (fresh seeded draws, FP32 tolerances, NaN/alias/unwritten checks);
+timing uses CUDA events with flushed L2 and refilled inputs, in the same run as eager and
+``torch.compile``. Modules import torch and CuPy lazily, so this package loads without either.
+"""
+
+from stitch_graph.execution.compare import (
+    aliases_any,
+    compare_output,
+    flatten_outputs,
+    merge_checks,
+    summarize_checks,
+)
+from stitch_graph.execution.executor import (
+    Executor,
+    Job,
+    JobResult,
+    LocalGPUExecutor,
+    run_job,
+    visible_gpus,
+)
+from stitch_graph.execution.export import export_kernelbench
+from stitch_graph.execution.files import load_candidate_dir
+from stitch_graph.execution.forms import (
+    BuildError,
+    BuiltProgram,
+    arch_matches,
+    load_model_class,
+    prepare_program,
+)
+from stitch_graph.execution.isolation import ProcessOutcome, run_isolated, scrub_environment
+from stitch_graph.execution.profiling import profile_candidate, reference_timeline
+from stitch_graph.execution.reference import ReferenceData, ReferenceFailed, ensure_reference
+from stitch_graph.execution.settings import RunSettings
+from stitch_graph.execution.timing import time_cuda
+from stitch_graph.execution.verify import VerificationOutcome, gpu_available, verify_candidate
+
+__all__ = [
+    "BuildError",
+    "BuiltProgram",
+    "Executor",
+    "Job",
+    "JobResult",
+    "LocalGPUExecutor",
+    "ProcessOutcome",
+    "ReferenceData",
+    "ReferenceFailed",
+    "RunSettings",
+    "VerificationOutcome",
+    "aliases_any",
+    "arch_matches",
+    "compare_output",
+    "ensure_reference",
+    "export_kernelbench",
+    "flatten_outputs",
+    "gpu_available",
+    "load_candidate_dir",
+    "load_model_class",
+    "merge_checks",
+    "prepare_program",
+    "profile_candidate",
+    "reference_timeline",
+    "run_isolated",
+    "run_job",
+    "scrub_environment",
+    "summarize_checks",
+    "time_cuda",
+    "verify_candidate",
+    "visible_gpus",
+]

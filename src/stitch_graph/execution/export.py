@@ -1,0 +1,140 @@
+"""Export a finished candidate as a standalone KernelBench ``ModelNew`` file.
+
+KernelBench's evaluator execs a file and calls ``ModelNew(*get_init_inputs())`` then ``forward``.
+The exported file depends on torch and CuPy only (never on stitch_graph): it embeds the kernel
+source, the host module and a copy of the small launcher runtime (``runtime/kernels.py``), builds
+the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc -shared`` into a cache folder
+(form ``nvcc_shared``), and execs the host module with ``KERNELS``/``LIB`` injected, exactly as the
+worker does. Building lazily lets the file be imported (and inspected) where no GPU is present.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from stitch_graph.artifacts import Candidate, Task
+
+__all__ = ["export_kernelbench"]
+
+_TEMPLATE = '''"""KernelBench ModelNew for {task_name!s}, exported by stitch-graph ({digest}).
+
+Standalone: needs torch and CuPy{nvcc_note}. Kernels are built on first use.
+"""
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import types
+
+import cupy  # noqa: F401  (the kernel launcher runs on CuPy)
+import torch
+import torch.nn as nn  # noqa: F401
+
+FORM = {form!r}
+KERNEL_SOURCE = {kernel_source!r}
+HOST_SOURCE = {host_source!r}
+HOST_CPP = {host_cpp!r}
+LINK_LIBRARIES = {link_libraries!r}
+_RUNTIME_SOURCE = {runtime_source!r}
+
+
+def _runtime():
+    module = sys.modules.get("_stitch_export_runtime")
+    if module is None:
+        module = types.ModuleType("_stitch_export_runtime")
+        sys.modules[module.__name__] = module
+        exec(compile(_RUNTIME_SOURCE, "<stitch runtime>", "exec"), module.__dict__)
+    return module
+
+
+class _LazyKernels:
+    """Builds the kernels with NVRTC the first time one is used."""
+
+    def __init__(self):
+        self._library = None
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._library is None:
+            self._library = _runtime().KernelLibrary(KERNEL_SOURCE)
+        return getattr(self._library, name)
+
+
+def _build_shared():
+    major, minor = torch.cuda.get_device_capability()
+    arch = "sm_%d%d" % (major, minor)
+    key = hashlib.sha256((KERNEL_SOURCE + "\\0" + (HOST_CPP or "") + "\\0" + arch
+                          + "\\0" + ",".join(LINK_LIBRARIES)).encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), "stitch-export-" + key)
+    library = os.path.join(folder, "libcandidate.so")
+    if not os.path.exists(library):
+        os.makedirs(folder, exist_ok=True)
+        sources = []
+        for name, text in (("kernel.cu", KERNEL_SOURCE), ("host.cpp", HOST_CPP)):
+            if text:
+                with open(os.path.join(folder, name), "w") as fh:
+                    fh.write(text)
+                sources.append(name)
+        nvcc = os.environ.get("NVCC", "nvcc")
+        command = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-arch=" + arch,
+                   "-o", "libcandidate.so.tmp", *sources, *("-l" + lib for lib in LINK_LIBRARIES)]
+        subprocess.run(command, cwd=folder, check=True)
+        os.replace(os.path.join(folder, "libcandidate.so.tmp"), library)
+    return ctypes.CDLL(library)
+
+
+class _LazyLibrary:
+    """Builds and loads the shared library the first time a symbol is used."""
+
+    def __init__(self):
+        self._library = None
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._library is None:
+            self._library = _build_shared()
+        return getattr(self._library, name)
+
+
+_host = types.ModuleType("_stitch_export_host")
+_host.__dict__["KERNELS"] = _LazyKernels()
+_host.__dict__["LIB"] = _LazyLibrary()
+sys.modules[_host.__name__] = _host
+exec(compile(HOST_SOURCE, "<stitch host>", "exec"), _host.__dict__)
+
+ModelNew = _host.ModelNew
+'''
+
+
+def export_kernelbench(candidate: Candidate, task: Task) -> str:
+    """A standalone KernelBench ``ModelNew`` file for ``candidate``.
+
+    Args:
+        candidate: The program (either form).
+        task: Its problem (named in the file's docstring).
+
+    Returns:
+        Python source text; it imports torch and CuPy only.
+    """
+    from stitch_graph.runtime import kernels
+
+    runtime_source = inspect.getsource(kernels)
+    nvcc_note = " and nvcc (the host library is built at first use)" if (
+        candidate.form == "nvcc_shared"
+    ) else ""
+    return _TEMPLATE.format(
+        task_name=task.name.replace('"', "'"),
+        digest=candidate.digest,
+        nvcc_note=nvcc_note,
+        form=candidate.form,
+        kernel_source=candidate.kernel_source,
+        host_source=candidate.host_source,
+        host_cpp=candidate.host_cpp,
+        link_libraries=list(candidate.link_libraries),
+        runtime_source=runtime_source,
+    )

@@ -1,0 +1,274 @@
+"""Profiles: Nsight Compute over a candidate, and the reference's timeline from torch.profiler.
+
+The Verifier needs two views. For a candidate, per-kernel hardware counters: ncu runs over a small
+runner job that builds the candidate exactly as the candidate worker does, calls forward a few times
+to warm up, and brackets the profiled calls with ``cudaProfilerStart/Stop`` (ncu runs with
+``--profile-from-start off``), so set-up copies and warm-up launches are not what gets measured.
+For the reference, a timeline: per-op CUDA time, launch count and share, and the host gaps between
+kernels, from ``torch.profiler`` in a reference worker (nsys is used by nobody here: the GPU machine
+lacks it). Both run through the executor, so they get the same isolation as any candidate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stitch_graph.artifacts import Candidate, CompileResult, Hotspot, ProfileReport, Task
+from stitch_graph.execution._common import clone_to, draw_inputs, init_inputs, load_problem
+from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor
+from stitch_graph.execution.settings import RunSettings
+
+__all__ = [
+    "DEFAULT_NCU_SECTIONS",
+    "profile_candidate",
+    "reference_timeline",
+    "run_runner_job",
+    "run_timeline_job",
+]
+
+DEFAULT_NCU_SECTIONS: tuple[str, ...] = ("SpeedOfLight", "Occupancy", "LaunchStats")
+_PROGRAM_MARK = "__stitch_program__"
+
+
+# ------------------------------------------------------------------------------------------
+# Worker side
+
+
+def run_runner_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``runner`` jobs: warm up, then profiled forward calls."""
+    import torch
+
+    from stitch_graph.execution.candidate import prepare_candidate
+
+    prepared = prepare_candidate(payload)
+    model, args = prepared["model"], prepared["args"]
+    with torch.no_grad():
+        for _ in range(int(payload.get("warmup_calls", 2))):
+            model(*args)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for _ in range(int(payload.get("profiled_calls", 1))):
+            model(*args)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    return {"calls": int(payload.get("profiled_calls", 1))}
+
+
+def run_timeline_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``timeline`` jobs: torch.profiler over the reference's forward."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    seed = int(payload["seed"])
+    problem = load_problem(payload["source"], "stitch_timeline_problem")
+    torch.backends.cuda.matmul.allow_tf32 = bool(payload.get("allow_tf32", False))
+    torch.backends.cudnn.allow_tf32 = bool(payload.get("allow_tf32", False))
+    init = init_inputs(problem, seed)
+    torch.manual_seed(seed)
+    model = problem["Model"](*init).cuda()
+    args = clone_to(draw_inputs(problem, seed + 1), "cuda")
+    iters = int(payload.get("iterations", 5))
+    with torch.no_grad():
+        for _ in range(3):
+            model(*args)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                with torch.profiler.record_function("stitch_forward"):
+                    model(*args)
+            torch.cuda.synchronize()
+    return _summarize_events(prof.events(), iters)
+
+
+def _summarize_events(events: Any, iters: int) -> dict[str, Any]:
+    """Per top-level op: device time and kernel launches; plus busy time and host gaps."""
+    per_op: dict[str, dict[str, float]] = defaultdict(lambda: {"us": 0.0, "launches": 0})
+    kernels: list[tuple[float, float]] = []
+    for evt in events:
+        device_type = str(getattr(evt, "device_type", "")).upper()
+        if "CUDA" in device_type:
+            kernels.append((evt.time_range.start, evt.time_range.end))
+            continue
+        parent = getattr(evt, "cpu_parent", None)
+        top = parent is not None and parent.name == "stitch_forward"
+        if not top:
+            continue
+        launched = list(getattr(evt, "kernels", []) or [])
+        device_us = float(getattr(evt, "device_time_total", 0.0) or 0.0)
+        if not launched:
+            # kernels are attached to the op that launched them, often a child op
+            launched = [
+                k for child in _descendants(evt) for k in (getattr(child, "kernels", []) or [])
+            ]
+        per_op[evt.name]["us"] += device_us
+        per_op[evt.name]["launches"] += len(launched)
+    kernels.sort()
+    busy = 0.0
+    gaps = 0.0
+    end = None
+    for s, e in kernels:
+        if end is not None and s > end:
+            gaps += s - end
+        busy += max(0.0, e - max(s, end or s))
+        end = e if end is None else max(end, e)
+    total = sum(v["us"] for v in per_op.values()) or 1.0
+    hotspots = [
+        {"op": op, "cuda_time_us": v["us"] / iters, "share": v["us"] / total,
+         "launches": int(round(v["launches"] / iters))}
+        for op, v in per_op.items()
+    ]
+    hotspots.sort(key=lambda h: h["cuda_time_us"], reverse=True)
+    span = (kernels[-1][1] - kernels[0][0]) if kernels else 0.0
+    return {
+        "hotspots": hotspots,
+        "busy_us": busy / iters,
+        "gap_us": gaps / iters,
+        "span_us": span / iters,
+        "kernels_per_forward": len(kernels) / iters,
+    }
+
+
+def _descendants(evt: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = list(getattr(evt, "cpu_children", []) or [])
+    while stack:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(getattr(child, "cpu_children", []) or [])
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Parent side
+
+
+def _submit(job: Job, executor: Executor | None) -> Any:
+    own = executor is None
+    runner = executor or LocalGPUExecutor(max_workers=1)
+    try:
+        return runner.submit(job).result()
+    finally:
+        if own:
+            runner.shutdown()
+
+
+def reference_timeline(
+    task: Task, ctx: Any = None, *, executor: Executor | None = None, iterations: int = 5
+) -> ProfileReport:
+    """Where the reference spends GPU time, per op, from torch.profiler in a reference worker.
+
+    Args:
+        task: The problem.
+        ctx: ``StitchContext`` or ``RunSettings`` (seed, TF32, limits); defaults when ``None``.
+        executor: Where the worker runs.
+        iterations: Profiled forward calls (after three warm-up calls).
+
+    Returns:
+        ``ProfileReport`` with ``hotspots`` sorted by CUDA time (per forward call);
+        ``bottleneck`` is ``launch`` when host gaps exceed kernel time. ``not_run`` without a GPU.
+    """
+    from stitch_graph.execution.verify import gpu_available
+
+    if not gpu_available():
+        return ProfileReport(status="not_run", source="torch.profiler", reason="not run: no GPU")
+    settings = RunSettings.from_context(ctx)
+    job = Job(
+        kind="timeline",
+        payload={"source": task.source, "seed": settings.seed, "allow_tf32": settings.allow_tf32,
+                 "iterations": iterations},
+        timeout_s=max(settings.timeout_s, 180.0),
+        memory_limit_mb=settings.memory_limit_mb,
+    )
+    result = _submit(job, executor)
+    if result.status != "ok":
+        return ProfileReport(status="error", source="torch.profiler",
+                             reason=f"reference failed: {result.reason or result.status}")
+    data = result.result
+    hotspots = [Hotspot(**h) for h in data["hotspots"]]
+    busy, gap = float(data["busy_us"]), float(data["gap_us"])
+    bottleneck = "launch" if gap > busy else "unknown"
+    reason = (
+        f"per forward: {data['kernels_per_forward']:.1f} kernels, {busy:.1f} us busy, "
+        f"{gap:.1f} us host gaps between kernels, {data['span_us']:.1f} us first-to-last"
+    )
+    headroom = gap / (busy + gap) if busy + gap > 0 else 0.0
+    return ProfileReport(status="passed", source="torch.profiler", reason=reason,
+                         hotspots=hotspots, bottleneck=bottleneck, headroom=headroom)
+
+
+def profile_candidate(
+    task: Task,
+    candidate: Candidate,
+    ctx: Any = None,
+    *,
+    compile_result: CompileResult | None = None,
+    sections: Sequence[str] = DEFAULT_NCU_SECTIONS,
+    kernel_filter: str | None = None,
+    launch_count: int | None = 8,
+    launch_skip: int = 0,
+    executor: Executor | None = None,
+) -> ProfileReport:
+    """Profile the candidate's kernels with Nsight Compute.
+
+    Args:
+        task: The problem (its inputs are the reference's first draw).
+        candidate: The program.
+        ctx: ``StitchContext`` or ``RunSettings``.
+        compile_result: The compile step's result (its cubin or library is reused).
+        sections: ncu sections to collect.
+        kernel_filter: ncu kernel filter (regex); ``None``: every kernel of the profiled calls.
+        launch_count: Launches to profile at most (``None``: all in the profiled calls).
+        launch_skip: Launches inside the profiled range to skip first.
+        executor: Where the runner job runs.
+
+    Returns:
+        ncu's report (``not_run`` without a GPU or without ncu).
+    """
+    from stitch_graph.execution.verify import gpu_available, prepare_for_run
+
+    if not gpu_available():
+        return ProfileReport(status="not_run", source="ncu", reason="not run: no GPU")
+    from stitch_graph.tools.ncu import (
+        find_ncu,
+        ncu_command,
+        parse_ncu_csv,
+        parse_ncu_rules,
+        summarize_profile,
+    )
+
+    ncu = find_ncu()
+    if ncu is None:
+        return ProfileReport(status="not_run", source="ncu", reason="not run: ncu not found")
+    settings = RunSettings.from_context(ctx)
+    prepared = prepare_for_run(task, candidate, settings, compile_result=compile_result,
+                               executor=executor)
+    if isinstance(prepared, ProfileReport | str):
+        reason = prepared if isinstance(prepared, str) else prepared.reason
+        return ProfileReport(status="error", source="ncu", reason=reason)
+    built, reference = prepared
+    from stitch_graph.execution.candidate import candidate_job
+
+    job = candidate_job(task.source, candidate, built, reference, settings, time_it=False)
+    job.kind = "runner"
+    job.payload.update({"warmup_calls": 2, "profiled_calls": 1})
+    argv = ncu_command(
+        [_PROGRAM_MARK], sections=sections, kernel_filter=kernel_filter, launch_skip=launch_skip,
+        launch_count=launch_count, extra=["--profile-from-start", "off"], ncu=ncu,
+    )
+    job.command_prefix = argv[: argv.index(_PROGRAM_MARK)]
+    job.timeout_s = max(settings.timeout_s, 300.0)
+    result = _submit(job, executor)
+    stdout = Path(result.stdout_path).read_text(errors="replace") if result.stdout_path else ""
+    text = stdout + "\n" + result.stderr_tail
+    if "ERR_NVGPUCTRPERM" in text:
+        return ProfileReport(status="not_run", source="ncu",
+                             reason="ncu may not read GPU counters here (ERR_NVGPUCTRPERM)")
+    kernels = parse_ncu_csv(stdout)
+    if result.status != "ok" or not kernels:
+        why = result.reason or "no kernels were profiled"
+        return ProfileReport(status="error", source="ncu", reason=f"ncu run failed: {why}",
+                             kernels=kernels)
+    return summarize_profile(kernels, rules=parse_ncu_rules(stdout))
