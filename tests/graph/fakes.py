@@ -31,7 +31,9 @@ _ids = itertools.count()
 
 def call(name: str, **args: Any) -> AIMessage:
     """An AI message calling one tool (or answering with one structured object)."""
-    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call_{next(_ids)}"}])
+    return AIMessage(
+        content="", tool_calls=[{"name": name, "args": args, "id": f"call_{next(_ids)}"}]
+    )
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -65,24 +67,34 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def passed(ms: float = 1.0) -> VerificationOutcome:
-    test = TestResult(status="passed", trials=3, atol=1e-4, rtol=1e-4, outputs=[OutputCheck(index=0)])
-    timing = TimingResult(status="passed", device="fake GPU", runs=20, candidate_ms=ms,
-                          eager_ms=2.0, compile_ms=1.5)
+    test = TestResult(
+        status="passed", trials=3, atol=1e-4, rtol=1e-4, outputs=[OutputCheck(index=0)]
+    )
+    timing = TimingResult(
+        status="passed", device="fake GPU", runs=20, candidate_ms=ms, eager_ms=2.0, compile_ms=1.5
+    )
     return VerificationOutcome(test=test, timing=timing, seconds=0.1)
 
 
 def wrong() -> VerificationOutcome:
     check = OutputCheck(index=0, max_abs_error=0.5, max_rel_error=0.3, mismatch_fraction=0.25)
-    test = TestResult(status="failed", reason="output 0 differs from the reference", trials=3,
-                      outputs=[check])
+    test = TestResult(
+        status="failed", reason="output 0 differs from the reference", trials=3, outputs=[check]
+    )
     return VerificationOutcome(test=test, timing=TimingResult(status="not_run"), seconds=0.1)
 
 
 def profile(headroom: float) -> ProfileReport:
-    kernel = KernelMetrics(name="add_relu", duration_us=50.0, dram_pct=100 * (1 - headroom),
-                           sm_pct=10.0, bottleneck="memory")
-    return ProfileReport(status="passed", source="ncu", kernels=[kernel], bottleneck="memory",
-                         headroom=headroom)
+    kernel = KernelMetrics(
+        name="add_relu",
+        duration_us=50.0,
+        dram_pct=100 * (1 - headroom),
+        sm_pct=10.0,
+        bottleneck="memory",
+    )
+    return ProfileReport(
+        status="passed", source="ncu", kernels=[kernel], bottleneck="memory", headroom=headroom
+    )
 
 
 class ScriptedExecutor:

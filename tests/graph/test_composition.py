@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -33,10 +34,17 @@ def test_graph_shape_is_pinned():
 
 
 def test_each_agent_builds_alone():
-    coder = build_agent_graph("coder").compile().get_graph().draw_mermaid(with_styles=False)
-    assert "coder -.-> coder_tools" in coder
-    planner = build_agent_graph("planner").compile().get_graph().draw_mermaid(with_styles=False)
-    assert "planner --> __end__" in planner
+    def edges(agent):
+        graph = build_agent_graph(agent).compile().get_graph()
+        return {(e.source, e.target) for e in graph.edges}
+
+    assert edges("coder") == {
+        ("__start__", "coder"),
+        ("coder", "coder_tools"),
+        ("coder_tools", "coder"),
+        ("coder", "__end__"),
+    }
+    assert edges("planner") == {("__start__", "planner"), ("planner", "__end__")}
 
 
 @needs_nvcc
@@ -45,8 +53,13 @@ def test_resume_continues_from_the_last_completed_step(tmp_path):
     planner = ScriptedChatModel(script=[plan_answer()])
     coder = ScriptedChatModel(script=[program()])
     executor = ScriptedExecutor([passed()])
-    ctx = StitchContext(planner_model=planner, coder_model=coder, executor=executor,
-                        use_knowledge=False, max_tool_calls=0)
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        executor=executor,
+        use_knowledge=False,
+        max_tool_calls=0,
+    )
     calls = {"n": 0}
 
     def flaky_verifier(state, runtime):
@@ -57,11 +70,15 @@ def test_resume_continues_from_the_last_completed_step(tmp_path):
 
     db = tmp_path / "run.sqlite"
     config = {"configurable": {"thread_id": "t1"}}
-    graph = build_stitch_graph(verifier=flaky_verifier).compile(checkpointer=sqlite_checkpointer(db))
+    graph = build_stitch_graph(verifier=flaky_verifier).compile(
+        checkpointer=sqlite_checkpointer(db)
+    )
     with pytest.raises(KeyboardInterrupt):
         graph.invoke({"task": task}, config, context=ctx)
     # a new process would open the same file: a fresh saver and graph
-    graph = build_stitch_graph(verifier=flaky_verifier).compile(checkpointer=sqlite_checkpointer(db))
+    graph = build_stitch_graph(verifier=flaky_verifier).compile(
+        checkpointer=sqlite_checkpointer(db)
+    )
     assert graph.get_state(config).next == ("verifier",)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # restoring artefacts must not warn
@@ -74,9 +91,13 @@ def test_resume_continues_from_the_last_completed_step(tmp_path):
 def test_graph_as_a_node_of_a_parent_graph():
     planner = ScriptedChatModel(script=[plan_answer()])
     coder = ScriptedChatModel(script=[program()])
-    ctx = StitchContext(planner_model=planner, coder_model=coder,
-                        executor=ScriptedExecutor([passed()]), use_knowledge=False,
-                        max_tool_calls=0)
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        executor=ScriptedExecutor([passed()]),
+        use_knowledge=False,
+        max_tool_calls=0,
+    )
     parent = StateGraph(MessagesState, context_schema=StitchContext)
     parent.add_node("cuda_team", create_stitch_graph())
     parent.add_edge(START, "cuda_team")
@@ -92,9 +113,13 @@ def test_graph_as_a_tool_of_a_tool_calling_agent():
 
     planner = ScriptedChatModel(script=[plan_answer()])
     coder = ScriptedChatModel(script=[program()])
-    ctx = StitchContext(planner_model=planner, coder_model=coder,
-                        executor=ScriptedExecutor([passed()]), use_knowledge=False,
-                        max_tool_calls=0)
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        executor=ScriptedExecutor([passed()]),
+        use_knowledge=False,
+        max_tool_calls=0,
+    )
     tool = as_tool(context=ctx)
     supervisor = ScriptedChatModel(
         script=[call("optimize_with_cuda", problem_source=PROBLEM), AIMessage(content="done")]
@@ -103,5 +128,6 @@ def test_graph_as_a_tool_of_a_tool_calling_agent():
     result = agent.invoke({"messages": [HumanMessage(content="optimise my model")]})
     tool_reply = result["messages"][2]
     assert tool_reply.type == "tool"
-    assert '"outcome": "verified"' in tool_reply.content
-    assert KERNEL.strip()[:20] in tool_reply.content.replace("\\n", "\n")
+    report = json.loads(tool_reply.content)
+    assert report["outcome"] == "verified"
+    assert report["best"]["candidate"]["kernel_source"] == KERNEL

@@ -11,7 +11,7 @@ from stitch_graph.tools.nvcc import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 
-PROBLEM = '''
+PROBLEM = """
 import torch
 import torch.nn as nn
 
@@ -27,19 +27,19 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-KERNEL = r'''
+KERNEL = r"""
 extern "C" __global__ void add_relu(const float* __restrict__ x, const float* __restrict__ y,
                                     float* __restrict__ out, long long n) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < n) out[i] = fmaxf(x[i] + y[i], 0.0f);
 }
-'''
+"""
 
 BROKEN_KERNEL = KERNEL.replace("fmaxf(x[i] + y[i], 0.0f)", "fmaxf(x[i] + z[i], 0.0f)")
 
-HOST = '''
+HOST = """
 import torch
 
 
@@ -52,12 +52,17 @@ class ModelNew(torch.nn.Module):
         n = x.numel()
         KERNELS.add_relu((n + 255) // 256, 256, x, y, out, n)
         return out
-'''
+"""
 
 
 def plan_answer(n_items: int = 1):
     items = [
-        {"kernel": f"add_relu_{i}", "ops": ["add", "relu"], "fusion": "one pass", "kind": "pointwise"}
+        {
+            "kernel": f"add_relu_{i}",
+            "ops": ["add", "relu"],
+            "fusion": "one pass",
+            "kind": "pointwise",
+        }
         for i in range(n_items)
     ]
     return call("PlanDraft", summary="fuse add and relu", items=items)
@@ -83,7 +88,11 @@ def run(task, *, planner, coder, executor, **settings):
 def test_happy_path_with_a_tool_call_before_handing_over(task, tmp_path):
     planner = ScriptedChatModel(script=[plan_answer()])
     coder = ScriptedChatModel(
-        script=[call("nvcc_compile", kernel_source=KERNEL), AIMessage(content="draft compiles"), program()]
+        script=[
+            call("nvcc_compile", kernel_source=KERNEL),
+            AIMessage(content="draft compiles"),
+            program(),
+        ]
     )
     executor = ScriptedExecutor([passed()])
     result, _ = run(task, planner=planner, coder=coder, executor=executor, work_dir=str(tmp_path))
@@ -100,7 +109,12 @@ def test_happy_path_with_a_tool_call_before_handing_over(task, tmp_path):
 def test_compile_error_goes_back_to_the_coder_and_is_fixed(task):
     planner = ScriptedChatModel(script=[plan_answer()])
     coder = ScriptedChatModel(
-        script=[AIMessage(content="here"), program(BROKEN_KERNEL), AIMessage(content="fixed"), program()]
+        script=[
+            AIMessage(content="here"),
+            program(BROKEN_KERNEL),
+            AIMessage(content="fixed"),
+            program(),
+        ]
     )
     executor = ScriptedExecutor([passed()])
     result, _ = run(task, planner=planner, coder=coder, executor=executor, max_tool_calls=1)
@@ -155,7 +169,9 @@ def test_budget_exhaustion_finalizes_with_the_best_so_far(task):
 def test_malformed_output_is_retried_then_fails_cleanly(task):
     garbage = [call("PlanDraft", summary="x", items="not a list") for _ in range(3)]
     planner = ScriptedChatModel(script=garbage)
-    result, _ = run(task, planner=planner, coder=None, executor=ScriptedExecutor([]), model_retries=2)
+    result, _ = run(
+        task, planner=planner, coder=None, executor=ScriptedExecutor([]), model_retries=2
+    )
     report = result["report"]
     assert report.outcome == "failed"
     assert "no valid PlanDraft after 3 attempts" in report.summary

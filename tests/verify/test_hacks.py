@@ -567,3 +567,35 @@ def test_syntax_error_and_missing_model() -> None:
     assert broken.rules == ["host_syntax_error"]
     missing = check_candidate(_candidate("import torch\n"))
     assert missing.rules == ["missing_model_new"]
+
+
+ONE_LINERS: list[tuple[str, str, str, str]] = [
+    # (id, module-level prefix, forward statement(s), expected rule)
+    ("bool_of_tensor", "", "if bool(x.max()):\n    pass", "input_branch"),
+    ("torch_equal", "", "if torch.equal(x, b):\n    pass", "input_branch"),
+    ("while_any", "", "while (x < 0).any():\n    break", "input_branch"),
+    ("setattr_torch", "setattr(torch, 'mm', None)\n", "", "timing_tamper"),
+    ("sleep", "import time\n", "time.sleep(0.01)", "timing_tamper"),
+    ("os_system", "import os\n", "os.system('true')", "timing_tamper"),
+    ("cuda_event", "", "e = torch.cuda.Event(enable_timing=True)", "timing_tamper"),
+    ("exec", "", "exec('y = 1')", "codegen_call"),
+    ("dunder_import", "", "m = __import__('tor' + 'ch')", "codegen_call"),
+    ("jit_script", "@torch.jit.script\ndef f(a):\n    return a\n", "", "codegen_call"),
+    ("gc_objects", "import gc\n", "objs = gc.get_objects()", "reference_access"),
+    ("open_file", "", "src = open('problem.py').read()", "reference_access"),
+    ("get_inputs", "", "ins = get_inputs()", "reference_access"),
+    ("gelu_import", "from torch.nn.functional import gelu\n", "x = gelu(x)", "torch_compute"),
+    ("copy_into_out", "", "tmp = torch.empty_like(x)\ntmp.copy_(x)", "torch_compute"),
+    ("set_precision", "torch.set_float32_matmul_precision('high')\n", "", "precision_downgrade"),
+]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "statements", "rule"),
+    [pytest.param(p, s, r, id=i) for i, p, s, r in ONE_LINERS],
+)
+def test_one_line_tricks(prefix: str, statements: str, rule: str) -> None:
+    host = _host(statements, LAUNCH, "return out", header="import torch\nimport torch.nn as nn\n"
+                 + prefix)
+    report = check_candidate(_candidate(host))
+    assert rule in report.rules, report.findings

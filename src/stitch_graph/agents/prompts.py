@@ -69,6 +69,13 @@ def _json(model: object) -> str:
     return json.dumps(model, indent=1, default=str)
 
 
+def describe_feedback(feedback: Feedback) -> str:
+    """Verifier feedback as plain lines (compiler messages stay readable, unescaped)."""
+    lines = [f"[{feedback.category}] {feedback.summary}"]
+    lines += [f"- {i.action}: {i.detail} ({i.source})" for i in feedback.items]
+    return "\n".join(lines)
+
+
 def describe_task(task: Task) -> str:
     """The reference program and its tensor shapes as a prompt section."""
     inputs = [f"{s.shape} {s.dtype}" if s else "scalar" for s in task.inputs]
@@ -95,7 +102,7 @@ def planner_request(
     if previous is not None:
         parts.append("Previous plan:\n" + previous.model_dump_json(indent=1))
     if feedback is not None:
-        parts.append("Verifier feedback to act on:\n" + feedback.model_dump_json(indent=1))
+        parts.append("Verifier feedback to act on:\n" + describe_feedback(feedback))
     parts.append("Write the plan.")
     return "\n\n".join(parts)
 
@@ -121,7 +128,7 @@ def coder_request(
             + ", ".join(previous.declared_torch_ops)
         )
     if feedback is not None:
-        parts.append("Feedback on the previous attempt:\n" + feedback.model_dump_json(indent=1))
+        parts.append("Feedback on the previous attempt:\n" + describe_feedback(feedback))
     return "\n\n".join(parts)
 
 

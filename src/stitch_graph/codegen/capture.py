@@ -19,7 +19,14 @@ import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from stitch_graph.artifacts import Task
-from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
+from stitch_graph.codegen.ir import (
+    OpNode,
+    ParamSpec,
+    ProgramIR,
+    Ref,
+    contiguous_strides,
+    matrix_layout,
+)
 from stitch_graph.codegen.ops import REGISTRY, lookup
 
 __all__ = ["CaptureError", "capture_program"]
@@ -287,6 +294,12 @@ def _lower(
     )
     env: dict[str, Any] = {}  # fx node name -> Ref or constant
     ours: dict[Ref, Any] = {}  # meta tensors laid out as our buffers will be
+    for spec in params:
+        ref = Ref("param", spec.name)
+        ir.shapes[ref] = spec.shape
+        ir.strides[ref] = contiguous_strides(spec.shape)
+        ir.dtypes[ref] = spec.dtype
+        ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
     targets: dict[str, Any] = {}
     placeholder_index = 0
     for fx_node in meta_gm.graph.nodes:
@@ -570,10 +583,18 @@ def _insert_copies(ir: ProgramIR) -> None:
     new_nodes: list[OpNode] = []
     for node in ir.nodes:
         info = lookup(node.op)
+        keys: tuple[str, ...] = ()
         if info is not None and info.kind in _NEEDS_CONTIGUOUS:
-            src = node.args.get("input")
-            if isinstance(src, Ref) and src.kind == "node" and not ir.is_contiguous(src):
-                name = f"{node.name}_in"
+            keys = ("input",)
+        elif info is not None and info.kind == "gemm" and node.op != "linear":
+            keys = ("mat1", "mat2") if node.op == "addmm" else ("input", "other")
+        for key in keys:
+            src = node.args.get(key)
+            needs = isinstance(src, Ref) and src.kind == "node" and not ir.is_contiguous(src)
+            if needs and info.kind == "gemm":
+                needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
+            if needs:
+                name = f"{node.name}_{key}"
                 shape = ir.shapes[src]
                 copy = OpNode(name, "copy", {"input": src}, shape, ir.dtypes[src], ".contiguous", [src])
                 new_nodes.append(copy)
@@ -581,7 +602,8 @@ def _insert_copies(ir: ProgramIR) -> None:
                 ir.shapes[ref] = shape
                 ir.strides[ref] = contiguous_strides(shape)
                 ir.dtypes[ref] = ir.dtypes[src]
-                node.args = {**node.args, "input": ref}
+                node.args = {**node.args, key: ref}
+                node.call_args = [ref if a == src else a for a in node.call_args]
         new_nodes.append(node)
     ir.nodes = new_nodes
 

@@ -23,7 +23,9 @@ __all__ = [
     "ProgramIR",
     "Ref",
     "contiguous_strides",
+    "matrix_layout",
     "numel",
+    "row_layout",
 ]
 
 RefKind = Literal["input", "param", "node"]
@@ -188,3 +190,51 @@ class Group:
     def members(self) -> list[str]:
         """All node names in evaluation order."""
         return [*self.prologue, *([self.anchor] if self.anchor else []), *self.epilogue]
+
+
+def matrix_layout(
+    shape: tuple[int, ...], strides: tuple[int, ...]
+) -> tuple[bool, int, int] | None:
+    """How a GEMM operand sits in memory: ``(transposed, ld, batch_stride)``, or ``None``.
+
+    The last two dims are the matrix; it must be row-major (``transposed=False``) or column-major
+    (``transposed=True``) with a leading dimension, and all leading dims must collapse into one
+    batch dim with a single stride (0 when broadcast), as cuBLAS strided-batched GEMM needs.
+    """
+    if len(shape) < 2:
+        return None
+    rows, cols = shape[-2], shape[-1]
+    s_r, s_c = strides[-2], strides[-1]
+    if s_c == 1 or cols == 1:
+        transposed, ld = False, max(s_r if rows > 1 else cols, cols)
+    elif s_r == 1 or rows == 1:
+        transposed, ld = True, max(s_c if cols > 1 else rows, rows)
+    else:
+        return None
+    batch_dims = [(d, s) for d, s in zip(shape[:-2], strides[:-2], strict=True) if d != 1]
+    if not batch_dims:
+        return transposed, ld, 0
+    batch_stride = batch_dims[-1][1]
+    expected = batch_stride
+    for d, s in reversed(batch_dims):
+        if s != expected:
+            return None
+        expected = s * d
+    return transposed, ld, batch_stride
+
+
+def row_layout(shape: tuple[int, ...], dims: list[int]) -> tuple[int, int, int] | None:
+    """``(outer, length, inner)`` of reducing ``shape`` over ``dims``, or ``None``.
+
+    ``dims`` must be one run of adjacent dims; an empty list means all dims.
+    """
+    nd = len(shape)
+    if nd == 0:
+        return 1, 1, 1
+    norm = sorted({d % nd for d in dims}) if dims else list(range(nd))
+    if norm != list(range(norm[0], norm[-1] + 1)):
+        return None
+    outer = numel(shape[: norm[0]])
+    length = numel(shape[norm[0] : norm[-1] + 1])
+    inner = numel(shape[norm[-1] + 1 :])
+    return outer, length, inner

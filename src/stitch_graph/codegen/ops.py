@@ -231,6 +231,7 @@ _op("view_as", VIEW, "input, other", flops=0, aliases=("reshape_as",))
 _op("getitem", VIEW, "input, index", flops=0, note="basic slicing only")
 _op("narrow", VIEW, "input, dim, start, length", flops=0)
 _op("select", VIEW, "input, dim, index", flops=0)
+_op("unbind", VIEW, "input, dim=0", flops=0)
 _op("chunk", VIEW, "input, chunks, dim=0", flops=0)
 _op("split", VIEW, "input, split_size_or_sections, dim=0", flops=0)
 # ---- identities: no work at all ---------------------------------------------------------------

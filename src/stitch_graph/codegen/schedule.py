@@ -1,0 +1,423 @@
+"""Fusion scheduling and planning: group IR nodes into kernels and write the ``Plan``.
+
+Rules, in the spirit of Inductor's scheduler but much smaller:
+
+* a pointwise node joins the group that produces one of its operands when that value has no other
+  reader and is not a program output; pure pointwise groups merge freely (their expressions are
+  recomputed at each output element, broadcasting by stride-0 indexing), an anchored group takes
+  the node as epilogue when the node has the anchor's output shape;
+* reductions, normalisations and softmax take their single-reader pointwise producer group as a
+  prologue (computed on load) and their pointwise consumers as epilogue;
+* GEMMs are cuBLAS anchors and convolutions direct-convolution anchors; both take epilogues
+  (linear's bias included) but no prologue;
+* views run on the host; ops the registry cannot emit stay in PyTorch and are named.
+"""
+
+from __future__ import annotations
+
+from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
+from stitch_graph.codegen.ir import (
+    Group,
+    OpNode,
+    ProgramIR,
+    Ref,
+    matrix_layout,
+    numel,
+    row_layout,
+)
+from stitch_graph.codegen.ops import explain_unsupported, lookup
+
+__all__ = [
+    "groups_from_plan",
+    "node_kind",
+    "plan_program",
+    "reduction_dims",
+    "schedule_program",
+]
+
+_DTYPES = {"float32", "bool", "int64"}
+_ITEM_KIND = {
+    "pointwise": "pointwise",
+    "reduction": "reduction",
+    "norm": "norm",
+    "softmax": "norm",
+    "gemm": "gemm",
+    "conv": "conv",
+}
+_LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
+_HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
+_FLOPS_PER_US = 4.0e7  # FP32 throughput without tensor cores, flops per microsecond
+
+
+def reduction_dims(ir: ProgramIR, node: OpNode) -> list[int]:
+    """Dims a reduction node reduces (empty list: all of them)."""
+    dim = node.args.get("dim")
+    if dim is None:
+        return []
+    dims = list(dim) if isinstance(dim, list | tuple) else [dim]
+    return [int(d) for d in dims]
+
+
+def _row_ok(ir: ProgramIR, node: OpNode) -> str:
+    src = node.args.get("input")
+    if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32":
+        return "needs a float32 tensor input"
+    shape = ir.shapes[src]
+    if node.op in ("softmax", "log_softmax"):
+        dims = [int(node.args["dim"])]
+    elif node.op in ("layer_norm", "rms_norm"):
+        normalized = node.args.get("normalized_shape")
+        count = len(normalized) if isinstance(normalized, list | tuple) else 1
+        dims = list(range(len(shape) - count, len(shape)))
+    elif node.op in ("group_norm", "batch_norm", "instance_norm"):
+        if len(shape) < 2:
+            return "needs (N, C, ...) input"
+        if node.op == "instance_norm" and not node.args.get("use_input_stats", True):
+            return "instance norm with running statistics"
+        return ""
+    else:
+        dims = reduction_dims(ir, node)
+        if node.op in ("argmax", "argmin") and not dims:
+            return ""
+    if row_layout(shape, dims) is None:
+        return "reduces non-adjacent dims"
+    return ""
+
+
+def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
+    """Scheduling kind of a node (``pointwise``, ``reduction``, ..., ``view``, ``unsupported``).
+
+    Returns:
+        ``(kind, reason)``; ``reason`` explains an ``unsupported`` kind.
+    """
+    info = lookup(node.op)
+    if info is None or info.kind == "unsupported":
+        return "unsupported", explain_unsupported(node.op)
+    if info.kind in ("view", "identity"):
+        return "view", ""
+    dtypes = {ir.dtypes.get(r, "float32") for r in node.tensor_refs()} | {node.dtype}
+    if not dtypes <= _DTYPES:
+        bad = ", ".join(sorted(dtypes - _DTYPES))
+        return "unsupported", f"unsupported: {node.op} on {bad} tensors"
+    if info.kind == "pointwise":
+        if info.expr is None:
+            return "unsupported", f"unsupported: {node.op} (no expression)"
+        return "pointwise", ""
+    if info.kind in ("reduction", "norm", "softmax"):
+        reason = _row_ok(ir, node)
+        return (info.kind, "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
+    if info.kind == "gemm":
+        refs = [r for r in node.tensor_refs() if r != node.args.get("bias")]
+        operands = refs[-2:] if node.op == "addmm" else refs[:2]
+        for ref in operands:
+            shape = ir.shapes[ref]
+            strides = ir.strides.get(ref)
+            if len(shape) < 2 or strides is None:
+                return "unsupported", f"unsupported: {node.op} with a {len(shape)}-d operand"
+            if node.op != "linear" and matrix_layout(shape, strides) is None:
+                return "unsupported", f"unsupported: {node.op} operand layout {strides}"
+        if node.op == "linear" and not ir.is_contiguous(node.args["input"]):
+            return "unsupported", "unsupported: linear on a strided input"
+        return "gemm", ""
+    if info.kind == "conv":
+        if isinstance(node.args.get("padding"), str) and node.args["padding"] != "valid":
+            return "unsupported", f"unsupported: {node.op} with padding={node.args['padding']!r}"
+        return "conv", ""
+    return "unsupported", explain_unsupported(node.op)
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
+
+
+def schedule_program(ir: ProgramIR) -> list[Group]:
+    """Fuse the program's nodes into groups, in execution order.
+
+    Args:
+        ir: The captured program.
+
+    Returns:
+        Groups ordered by the position of their output node; nodes in no group run on the
+        host (views) or in PyTorch (unsupported ops).
+    """
+    users = ir.users()
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    group_of: dict[str, Group] = {}
+    groups: list[Group] = []
+    counter = 0
+
+    def new_group(kind: str, anchor: str | None, output: str) -> Group:
+        nonlocal counter
+        group = Group(f"k{counter}", kind, anchor, [], [], output)  # type: ignore[arg-type]
+        counter += 1
+        groups.append(group)
+        return group
+
+    def absorb(into: Group, other: Group, *, as_prologue: bool = False) -> None:
+        members = other.members
+        if as_prologue:
+            into.prologue.extend(members)
+        else:
+            into.epilogue.extend(members)
+        for m in members:
+            group_of[m] = into
+        groups.remove(other)
+
+    for node in ir.nodes:
+        kind, _ = node_kind(ir, node)
+        if kind in ("view", "unsupported"):
+            continue
+        if kind == "pointwise":
+            candidates: list[Group] = []
+            for ref in node.tensor_refs():
+                g = group_of.get(ref.name) if ref.kind == "node" else None
+                if g is None or g in candidates or users[g.output] != [node.name]:
+                    continue
+                if ref.name != g.output:
+                    continue
+                out_shape = ir.shapes[Ref("node", g.output)]
+                if g.anchor is None and _broadcasts(out_shape, node.shape):
+                    candidates.append(g)
+                elif g.anchor is not None and out_shape == node.shape:
+                    candidates.append(g)
+            anchored = [g for g in candidates if g.anchor is not None][:1]
+            plain = [g for g in candidates if g.anchor is None]
+            base = anchored[0] if anchored else new_group("pointwise", None, node.name)
+            for g in plain:
+                absorb(base, g)
+            base.epilogue.append(node.name)
+            base.output = node.name
+            group_of[node.name] = base
+            continue
+        group = new_group(kind, node.name, node.name)
+        group_of[node.name] = group
+        src = node.args.get("input")
+        if kind in ("reduction", "norm", "softmax") and isinstance(src, Ref) and src.kind == "node":
+            g = group_of.get(src.name)
+            if (
+                g is not None
+                and g.anchor is None
+                and g.output == src.name
+                and users[src.name] == [node.name]
+                and ir.shapes[src] == ir.shapes[Ref("node", g.output)]
+            ):
+                absorb(group, g, as_prologue=True)
+    for g in groups:
+        g.prologue.sort(key=order.__getitem__)
+        g.epilogue.sort(key=order.__getitem__)
+    groups.sort(key=lambda g: order[g.output])
+    for i, g in enumerate(groups):
+        g.id = f"k{i}"
+    return groups
+
+
+def _kernel_name(ir: ProgramIR, group: Group) -> str:
+    ops: list[str] = []
+    for name in group.members:
+        op = ir.node(name).op
+        if op not in ops:
+            ops.append(op)
+    return f"{group.id}_" + "_".join(ops[:4])
+
+
+def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
+    members = set(group.members)
+    reads = 0
+    flops = 0.0
+    for name in group.members:
+        node = ir.node(name)
+        info = lookup(node.op)
+        for ref in node.tensor_refs():
+            if ref.kind != "node" or ref.name not in members:
+                reads += numel(ir.shapes[ref])
+        if info is not None and info.kind == "gemm":
+            a = ir.shapes[node.tensor_refs()[0 if node.op != "addmm" else 1]]
+            flops += 2.0 * numel(node.shape) * a[-1]
+        elif info is not None and info.kind == "conv":
+            w = ir.shapes[node.args["weight"]]
+            flops += 2.0 * numel(node.shape) * numel(w[1:])
+        else:
+            flops += (info.flops if info else 1.0) * numel(node.shape)
+    out = ir.node(group.output)
+    return 4.0 * (reads + numel(out.shape)), flops
+
+
+def _estimate_us(ir: ProgramIR, group: Group) -> float:
+    nbytes, flops = _bytes_and_flops(ir, group)
+    return max(nbytes / _HBM_BYTES_PER_US, flops / _FLOPS_PER_US)
+
+
+def _constraints(ir: ProgramIR, group: Group) -> list[str]:
+    out = ir.node(group.output)
+    n = numel(out.shape)
+    items = [f"float32; static shapes; output {list(out.shape)} written contiguous"]
+    if n >= 2**31:
+        items.append("64-bit indexing (numel >= 2^31)")
+    if group.kind == "pointwise":
+        items.append("float4 path only when numel % 4 == 0 and all full operands 16-byte aligned")
+    if group.kind == "gemm":
+        items.append("cuBLAS in true FP32 (CUBLAS_DEFAULT_MATH, no TF32) on PyTorch's stream")
+    if group.kind == "conv":
+        items.append("direct convolution, one output per thread; correct first, not yet tiled")
+    if group.kind in ("reduction", "norm", "softmax"):
+        items.append("accumulate in float32 with warp shuffles, shared memory across warps")
+    return items
+
+
+def _fusion_text(ir: ProgramIR, group: Group) -> str:
+    parts: list[str] = []
+    if group.anchor:
+        anchor = ir.node(group.anchor)
+        parts.append(f"anchor {anchor.op} ({group.anchor})")
+        if group.prologue:
+            parts.append("prologue " + ", ".join(ir.node(m).op for m in group.prologue))
+        if group.epilogue:
+            parts.append("epilogue " + ", ".join(ir.node(m).op for m in group.epilogue))
+        if group.kind == "gemm":
+            parts.append("cuBLAS writes the product; bias and epilogue run in one following kernel")
+    else:
+        parts.append(
+            f"{len(group.members)} pointwise op(s) in one grid-stride kernel: "
+            + ", ".join(ir.node(m).op for m in group.members)
+        )
+    return "; ".join(parts)
+
+
+def _hotspot_score(ir: ProgramIR, group: Group, hotspots: list[Hotspot]) -> float:
+    ops = {ir.node(m).op for m in group.members}
+    score = 0.0
+    for h in hotspots:
+        name = h.op.split("::")[-1].split(".")[0].lstrip("_")
+        aliases = {name, {"addmm": "linear", "mm": "matmul", "bmm": "matmul"}.get(name, name)}
+        if name in ("convolution", "cudnn_convolution"):
+            aliases.add("conv2d")
+        if ops & aliases:
+            score += h.cuda_time_us or h.share
+    return score
+
+
+def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # type: ignore[assignment]
+    """Schedule the program and write the Planner's ``Plan``.
+
+    Args:
+        ir: The captured program.
+        hotspots: The reference timeline; when given, items are ordered most expensive first,
+            else in program order.
+
+    Returns:
+        One ``TodoItem`` per group (``ops`` lists the IR node names it covers), the host plan
+        and the ops left to PyTorch.
+    """
+    hotspots = list(hotspots)
+    groups = schedule_program(ir)
+    items: list[TodoItem] = []
+    estimates: list[float] = []
+    for group in groups:
+        shapes: dict[str, list[int]] = {}
+        for name in group.members:
+            node = ir.node(name)
+            for ref in node.tensor_refs():
+                shapes.setdefault(ref.name, list(ir.shapes[ref]))
+        shapes[group.output] = list(ir.node(group.output).shape)
+        estimates.append(_estimate_us(ir, group))
+        items.append(
+            TodoItem(
+                id=group.id,
+                kernel=_kernel_name(ir, group),
+                ops=group.members,
+                shapes=shapes,
+                fusion=_fusion_text(ir, group),
+                constraints=_constraints(ir, group),
+                kind=_ITEM_KIND[group.kind],  # type: ignore[arg-type]
+                note=f"estimated {estimates[-1]:.1f} us",
+            )
+        )
+    if hotspots:
+        scores = {g.id: _hotspot_score(ir, g, hotspots) for g in groups}
+        position = {g.id: i for i, g in enumerate(groups)}
+        items.sort(key=lambda item: (-scores[item.id], position[item.id]))
+    unsupported: list[str] = []
+    for node in ir.nodes:
+        kind, reason = node_kind(ir, node)
+        if kind == "unsupported" and reason not in unsupported:
+            unsupported.append(reason)
+    launches = len(groups) + sum(1 for g in groups if g.kind == "gemm" and len(g.members) > 1)
+    total_us = sum(estimates)
+    launch_bound = launches >= 3 and launches * _LAUNCH_US > total_us
+    host = HostPlan(
+        buffer_reuse=_buffer_reuse(ir, groups),
+        cuda_graph=launch_bound,
+        notes=[
+            f"{launches} launch(es), estimated {total_us:.1f} us of device work",
+            "launch-bound: capture the forward in a CUDA graph"
+            if launch_bound
+            else "not launch-bound: plain launches on PyTorch's current stream",
+            "views run on the host; outputs are fresh torch.empty buffers",
+        ],
+    )
+    summary = (
+        f"{ir.task.name}: {len(ir.nodes)} op(s) -> {len(groups)} kernel item(s)"
+        + (f", {len(unsupported)} op(s) left to PyTorch" if unsupported else "")
+    )
+    return Plan(
+        summary=summary, items=items, host=host, unsupported_ops=unsupported, hotspots=hotspots
+    )
+
+
+def _buffer_reuse(ir: ProgramIR, groups: list[Group]) -> list[str]:
+    """Intermediate buffers whose memory a later same-sized buffer can take over."""
+    users = ir.users()
+    position = {g.output: i for i, g in enumerate(groups)}
+    last_use: dict[str, int] = {}
+    member_group = {m: i for i, g in enumerate(groups) for m in g.members}
+    for g in groups:
+        last = max((member_group.get(u, len(groups)) for u in users[g.output]), default=0)
+        last_use[g.output] = last
+    notes: list[str] = []
+    free: list[tuple[int, str]] = []
+    for g in groups:
+        i = position[g.output]
+        size = numel(ir.node(g.output).shape)
+        match = next((f for f in free if f[0] == size and last_use[f[1]] < i), None)
+        if match and "output" not in users[g.output]:
+            notes.append(f"{g.id} output can reuse the buffer of {match[1]} ({size} floats)")
+            free.remove(match)
+        if "output" not in users[g.output]:
+            free.append((size, g.output))
+    return notes
+
+
+def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
+    """Rebuild the groups a plan's items describe (items are the source of truth).
+
+    Raises:
+        ValueError: An item names a node the program does not have.
+    """
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    groups: list[Group] = []
+    for item in plan.items:
+        missing = [m for m in item.ops if m not in order]
+        if missing:
+            msg = f"plan item {item.id} names unknown nodes {missing}; re-plan from this program"
+            raise ValueError(msg)
+        members = sorted(item.ops, key=order.__getitem__)
+        kinds = {m: node_kind(ir, ir.node(m))[0] for m in members}
+        anchor = next((m for m in members if kinds[m] != "pointwise"), None)
+        if anchor is None:
+            groups.append(Group(item.id, "pointwise", None, [], members, members[-1]))
+            continue
+        before = {m for m in members if order[m] < order[anchor]}
+        groups.append(
+            Group(
+                item.id,
+                kinds[anchor],  # type: ignore[arg-type]
+                anchor,
+                [m for m in members if m in before],
+                [m for m in members if m not in before and m != anchor],
+                members[-1],
+            )
+        )
+    groups.sort(key=lambda g: order[g.output])
+    return groups

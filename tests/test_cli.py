@@ -1,0 +1,213 @@
+"""The ``stitch-graph`` command: help, drawing, bad input, and one rule-based run on the CPU.
+
+Everything runs the real code. The full ``optimize`` run needs ``nvcc`` and the rule-based
+generator (``stitch_graph.codegen``); without a GPU its outcome is ``compiled_only``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.cli import main
+from stitch_graph.tools.nvcc import find_nvcc
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "tests" / "graph" / "graph.mmd"
+BAD_PROBLEM = ROOT / "tests" / "fixtures" / "bad_problems" / "no_model.py"
+PROBLEM = ROOT / "problems" / "elementwise" / "01_swish_scale_shift.py"
+RUN_FILES = [
+    "program.cu",
+    "host.py",
+    "report.md",
+    "report.json",
+    "log.jsonl",
+    "checkpoints.sqlite",
+]
+
+
+def flat(text: str) -> str:
+    """Text with every run of whitespace made one space (rich wraps long console lines)."""
+    return " ".join(text.split())
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """Run every command in an empty folder, so a default ``runs/`` lands there."""
+    monkeypatch.chdir(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Help
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: stitch-graph")
+    for command in ("optimize", "graph", "knowledge"):
+        assert command in out
+
+
+def test_optimize_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["optimize", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: stitch-graph optimize")
+    for option in ("--model", "--coder-model", "--base-url", "--out", "--resume", "--no-profile"):
+        assert option in out
+
+
+def test_help_as_a_module():
+    result = subprocess.run(
+        [sys.executable, "-m", "stitch_graph.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: stitch-graph")
+
+
+# --------------------------------------------------------------------------------------------
+# Drawing
+
+
+def test_graph_mermaid_matches_the_snapshot(capsys):
+    assert main(["graph", "--format", "mermaid"]) == 0
+    assert capsys.readouterr().out == SNAPSHOT.read_text() + "\n"
+
+
+def test_graph_ascii(capsys):
+    assert main(["graph", "--format", "ascii"]) == 0
+    out = capsys.readouterr().out
+    for node in ("planner", "coder", "coder_tools", "verifier", "verifier_tools", "finalize"):
+        assert f"| {node} |" in out
+
+
+def test_graph_mermaid_to_a_file(tmp_path, capsys):
+    target = tmp_path / "graph.mmd"
+    assert main(["graph", "--output", str(target)]) == 0
+    assert capsys.readouterr().out == f"wrote {target}\n"
+    assert target.read_text() == SNAPSHOT.read_text()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pygraphviz") is not None
+    or importlib.util.find_spec("mermaidx") is not None,
+    reason="a PNG renderer is installed",
+)
+def test_graph_png_without_a_renderer(capsys):
+    assert main(["graph", "--format", "png"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "pygraphviz" in captured.err and "mermaidx" in captured.err
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_optimize_a_bad_problem(tmp_path, capsys):
+    assert main(["optimize", str(BAD_PROBLEM)]) == 2
+    err = flat(capsys.readouterr().err)
+    assert "cannot load the problem" in err
+    assert "no_model.py: the problem defines no `Model`" in err
+    assert "Fix:" in err
+    assert not (tmp_path / "runs").exists(), "no run folder for a problem that does not load"
+
+
+def test_optimize_without_a_problem(capsys):
+    assert main(["optimize"]) == 2
+    assert "optimize needs PROBLEM.py" in flat(capsys.readouterr().err)
+
+
+def test_resume_of_an_unknown_run(capsys):
+    assert main(["optimize", "--resume", "NONEXISTENT"]) == 2
+    err = flat(capsys.readouterr().err)
+    assert "no run to resume" in err and "NONEXISTENT" in err
+
+
+# --------------------------------------------------------------------------------------------
+# A real rule-based run
+
+
+def _not_ready() -> str | None:
+    if find_nvcc() is None:
+        return "nvcc is needed for a real run"
+    try:
+        from stitch_graph.codegen import emit_candidate, plan_program  # noqa: F401
+    except ImportError as exc:
+        return f"stitch_graph.codegen is not ready ({exc})"
+    return None
+
+
+def _gpu_present() -> bool:
+    try:
+        from stitch_graph.execution import gpu_available
+    except ImportError:
+        return False
+    return bool(gpu_available())
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One rule-based ``optimize`` run of a suite problem, shared by the tests below."""
+    reason = _not_ready()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path_factory.mktemp("runs") / "swish"
+    argv = ["optimize", str(PROBLEM), "--out", str(out), "--no-profile", "--quiet"]
+    return out, _run(argv)
+
+
+def test_optimize_rule_based(finished_run):
+    out, (code, stdout, stderr) = finished_run
+    assert code == 0, stdout + stderr
+    for name in RUN_FILES:
+        assert (out / name).is_file(), f"{name} missing; run printed:\n{stdout}{stderr}"
+    report = json.loads((out / "report.json").read_text())
+    assert report["task"] == "01_swish_scale_shift"
+    if not _gpu_present():
+        assert report["outcome"] == "compiled_only", report["summary"]
+    else:
+        assert report["outcome"] in ("verified", "partial"), report["summary"]
+    assert report["summary"] in stdout
+    assert f"outputs: {out}" in stdout
+    assert "__global__" in (out / "program.cu").read_text()
+    assert "ModelNew" in (out / "host.py").read_text()
+    heading = f"# 01_swish_scale_shift: {report['outcome']}"
+    assert (out / "report.md").read_text().startswith(heading)
+    events = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    agents = {e["agent"] for e in events if "agent" in e}
+    assert {"planner", "coder", "verifier", "finalize"} <= agents
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["problem"] == str(PROBLEM) and meta["args"]["no_profile"] is True
+
+
+def test_resume_of_a_finished_run(finished_run):
+    out, (code, _, _) = finished_run
+    assert code == 0
+    before = (out / "log.jsonl").read_text()
+    code, stdout, stderr = _run(["optimize", "--resume", str(out)])
+    assert code == 0, stdout + stderr
+    assert "already finished" in flat(stderr)
+    assert (out / "log.jsonl").read_text() == before, "a finished run must not run again"
