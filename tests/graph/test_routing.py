@@ -150,7 +150,7 @@ def test_bottleneck_with_headroom_goes_to_the_planner(task):
     replan_request = planner.prompts[1][-1].content
     assert "bottleneck" in replan_request and "memory-bound" in replan_request
     assert result["report"].best.timing.candidate_ms == 0.8
-    assert "re-plans spent" in result["feedback"].summary if "feedback" in result else True
+    assert result["report"].rounds == 2
 
 
 def test_budget_exhaustion_finalizes_with_the_best_so_far(task):
