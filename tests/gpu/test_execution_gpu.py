@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -84,7 +85,7 @@ def test_cubin_from_nvcc_is_used(settings, executor):
 
 @pytest.mark.parametrize("folder", FAULTY, ids=lambda p: p.name)
 def test_faulty_candidate_is_caught_and_next_one_passes(folder, settings, executor):
-    quick = RunSettings(**{**settings.__dict__, "timeout_s": 20.0})
+    quick = dataclasses.replace(settings, timeout_s=20.0)
     outcome, meta = _verify(folder, quick, executor)
     expect = meta["expect"]
     assert outcome.test.status == expect["status"], outcome.test

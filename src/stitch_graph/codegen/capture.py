@@ -576,6 +576,7 @@ def _materialise_output(ir: ProgramIR, ref: Any, ours: dict[Ref, Any]) -> Ref:
 
 
 _NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv")
+_RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias of view
 
 
 def _insert_copies(ir: ProgramIR) -> None:
@@ -584,7 +585,7 @@ def _insert_copies(ir: ProgramIR) -> None:
     for node in ir.nodes:
         info = lookup(node.op)
         keys: tuple[str, ...] = ()
-        if info is not None and info.kind in _NEEDS_CONTIGUOUS:
+        if info is not None and (info.kind in _NEEDS_CONTIGUOUS or node.op in _RESHAPES):
             keys = ("input",)
         elif info is not None and info.kind == "gemm" and node.op != "linear":
             keys = ("mat1", "mat2") if node.op == "addmm" else ("input", "other")

@@ -241,7 +241,7 @@ def ensure_reference(
             timeout_s=max(settings.timeout_s, 300.0),  # torch.compile takes a while when cold
             memory_limit_mb=settings.memory_limit_mb,
             scratch_dir=str(staging),
-            env={"CUPY_CACHE_DIR": str(settings.root() / "cupy-cache")},
+            env={"TORCHINDUCTOR_CACHE_DIR": str(settings.root() / "inductor-cache")},
         )
         own = executor is None
         runner = executor or LocalGPUExecutor(max_workers=1)

@@ -148,7 +148,8 @@ def parse_entry(text: str, path: Path | str = "") -> KnowledgeEntry:
         meta[key] = [value] if isinstance(value, str) else value
     unknown = set(meta["bottlenecks"]) - BOTTLENECK_TAGS
     if unknown:
-        msg = f"{path}: unknown bottleneck tags {sorted(unknown)}; allowed {sorted(BOTTLENECK_TAGS)}"
+        allowed = sorted(BOTTLENECK_TAGS)
+        msg = f"{path}: unknown bottleneck tags {sorted(unknown)}; allowed {allowed}"
         raise ValueError(msg)
     action = meta.get("action", "")
     return KnowledgeEntry(

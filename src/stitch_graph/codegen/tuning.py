@@ -1,0 +1,110 @@
+"""Tuning knobs of the emitted kernels, and the map from Verifier feedback to knob changes.
+
+``Tuning`` is what the rule-based Coder's optimisation loop turns: the Verifier says "low
+occupancy", "uncoalesced loads", "launch-bound", "registers spill", ...; ``apply_feedback`` changes
+the knobs of the kernels the feedback names (or all of them), and ``emit_candidate`` emits different
+code for different knobs (block size and ``__launch_bounds__``, float4 or scalar paths, rows per
+block, unroll pragmas, split reductions, fused or separate epilogues, CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from stitch_graph.artifacts import Feedback, Plan
+
+__all__ = ["KernelTuning", "Tuning", "apply_feedback"]
+
+
+class KernelTuning(BaseModel):
+    """Knobs of one kernel (or the defaults of all)."""
+
+    block_size: int = Field(default=256, description="Threads per block (multiple of 32).")
+    vector_width: int = Field(default=4, description="4: float4 path when legal; 1: scalar only.")
+    rows_per_block: int = Field(
+        default=0, description="Rows a block handles (warp per row); 0: pick from the shape."
+    )
+    unroll: int = Field(default=1, description="Unroll factor of the inner loops.")
+    split_reduction: bool | None = Field(
+        default=None, description="Two-stage reduction over long rows; None: pick from the shape."
+    )
+    fuse: bool = Field(default=True, description="False: prologue/epilogue run as own kernels.")
+
+
+class Tuning(BaseModel):
+    """Per-kernel knobs, keyed by plan item id, over a default."""
+
+    default: KernelTuning = Field(default_factory=KernelTuning)
+    kernels: dict[str, KernelTuning] = Field(default_factory=dict)
+    cuda_graph: bool | None = Field(default=None, description="None: follow the plan.")
+    history: list[str] = Field(default_factory=list, description="What feedback changed.")
+
+    def for_item(self, item_id: str) -> KernelTuning:
+        """The knobs of one item."""
+        return self.kernels.get(item_id, self.default)
+
+
+def _targets(text: str, plan: Plan) -> list[str]:
+    hits = [
+        i.id
+        for i in plan.items
+        if re.search(rf"\b{re.escape(i.id)}\b", text) or (i.kernel and i.kernel in text)
+    ]
+    return hits or [i.id for i in plan.items]
+
+
+def apply_feedback(tuning: Tuning | None, plan: Plan, feedback: Feedback) -> Tuning:
+    """Turn Verifier feedback into knob changes.
+
+    Understood: block size / occupancy, vectorise / coalescing, registers / spills, unroll,
+    split reduction, fuse / unfuse, launch-bound / CUDA graph, rows per block. Items naming a
+    kernel (its item id or kernel name) change that kernel only, else all kernels.
+
+    Args:
+        tuning: Current knobs (``None``: defaults).
+        plan: The plan the kernels come from.
+        feedback: The Verifier's feedback.
+
+    Returns:
+        New knobs; ``history`` says what changed. Unchanged knobs mean nothing was understood.
+    """
+    new = (tuning or Tuning()).model_copy(deep=True)
+    for item in feedback.items:
+        text = f"{item.action} {item.detail}".lower()
+        for item_id in _targets(text, plan):
+            k = new.kernels.get(item_id, new.default).model_copy()
+            before = k.model_dump()
+            if "unfuse" in text or "un-fuse" in text or "separate kernel" in text:
+                k.fuse = False
+            elif "fuse" in text:
+                k.fuse = True
+            if "register" in text or "spill" in text:
+                k.block_size = max(64, k.block_size // 2)
+                k.unroll = 1
+            elif "occupancy" in text or "block size" in text:
+                smaller = "smaller" in text or "decrease" in text or "reduce block" in text
+                k.block_size = max(64, k.block_size // 2) if smaller else min(1024, k.block_size * 2)
+            if "vectori" in text or "coalesc" in text or "float4" in text:
+                k.vector_width = 4 if k.vector_width == 1 or "scalar" not in text else 1
+                if k.vector_width == 4 and before["vector_width"] == 4:
+                    k.rows_per_block = 0 if k.rows_per_block else 4
+            if "unroll" in text:
+                k.unroll = 4 if k.unroll < 4 else 8
+            if "split" in text and "reduc" in text:
+                k.split_reduction = True
+            if "rows per block" in text or "warp per row" in text:
+                k.rows_per_block = max(1, k.rows_per_block) * 2
+            if k.model_dump() != before:
+                new.kernels[item_id] = k
+                new.history.append(f"{item_id}: {item.action} -> {_diff(before, k.model_dump())}")
+        if "launch" in text or "cuda graph" in text:
+            if new.cuda_graph is not True:
+                new.cuda_graph = True
+                new.history.append(f"host: {item.action} -> cuda_graph=True")
+    return new
+
+
+def _diff(before: dict, after: dict) -> str:
+    return ", ".join(f"{k}={after[k]}" for k in after if after[k] != before[k])

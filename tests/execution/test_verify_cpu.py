@@ -1,0 +1,110 @@
+"""The whole verify path on CPU (host code only, no kernels), and the no-GPU verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stitch_graph.artifacts import Candidate, Task
+from stitch_graph.execution import LocalGPUExecutor, RunSettings, verify_candidate
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+HOST = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+{body}
+"""
+
+HONEST = "        return torch.relu(self.lin(x))"
+
+
+def _host(body: str) -> Candidate:
+    return Candidate(kernel_source="", host_source=HOST.format(body=body))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    settings = RunSettings(work_dir=str(tmp_path_factory.mktemp("cpu-exec")), timeout_s=60)
+    pool = LocalGPUExecutor(gpus=[])
+    yield Task(name="lin_relu", source=PROBLEM), settings, pool
+    pool.shutdown()
+
+
+def test_honest_host_code_passes_and_sees_no_secrets(env, tmp_path, monkeypatch):
+    task, settings, pool = env
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key")
+    dump = tmp_path / "env.json"
+    body = (
+        "        import json, os\n"
+        f"        json.dump(dict(os.environ), open({str(dump)!r}, 'w'))\n"
+    )
+    outcome = verify_candidate(task, _host(body + HONEST), settings, executor=pool, device="cpu")
+    assert outcome.test.status == "passed", outcome.test.reason
+    assert outcome.test.trials == settings.correctness_trials
+    assert outcome.timing.status == "not_run"  # never timed on CPU
+    assert "OPENAI_API_KEY" not in json.loads(dump.read_text())
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        ("        return torch.relu(self.lin(x)) * 1.01", "failed", "differ beyond"),
+        ("        raise ValueError('nope')", "error", "Python exception: ValueError: nope"),
+        ("        import ctypes\n        ctypes.string_at(0)", "error", "SIGSEGV"),
+        ("        return x", "failed", "aliases an input"),
+    ],
+    ids=["wrong", "exception", "segfault", "alias"],
+)
+def test_faults_become_structured_results(env, body, status, reason):
+    task, settings, pool = env
+    outcome = verify_candidate(task, _host(body), settings, executor=pool, device="cpu")
+    assert outcome.test.status == status
+    assert reason in outcome.test.reason
+
+
+def test_reference_failure_is_an_error_result(env):
+    _, settings, pool = env
+    broken = Task(name="broken", source=PROBLEM.replace("torch.randn(8, 16)", "torch.zeros(8, 16)"))
+    outcome = verify_candidate(broken, _host(HONEST), settings, executor=pool, device="cpu")
+    assert outcome.test.status == "error"
+    assert outcome.test.reason.startswith("reference failed:") and "constant" in outcome.test.reason
+
+
+def test_no_gpu_means_not_run(monkeypatch, env):
+    task, settings, _ = env
+    import stitch_graph.execution.verify as verify
+
+    monkeypatch.setattr(verify, "gpu_available", lambda: False)
+    outcome = verify_candidate(task, _host(HONEST), settings)
+    assert outcome.test.status == "not_run" and outcome.test.reason == "not run: no GPU"
+    assert outcome.timing.status == "not_run"

@@ -1,0 +1,149 @@
+"""Run the whole loop on a problem suite and print what was measured.
+
+For every problem: the outcome, whether the program is correct, its speedup against PyTorch eager
+and torch.compile (both timed in the same run, on the same inputs and machine), the rounds used and
+the ops left to PyTorch. Geometric means are printed per folder and overall. With no model given
+the rule-based agents run.
+
+    python tools/bench_suite.py problems --out results/suite.json [--max-rounds 6] [--only gemm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+from stitch_graph import StitchContext, create_stitch_graph, load_task
+
+
+def machine() -> str:
+    """The GPU (or CPU) and software versions, for the table's header."""
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{gpu}; torch {torch.__version__}; CUDA {torch.version.cuda}; "
+        f"Python {platform.python_version()}; {platform.node()}"
+    )
+
+
+def run_one(path: Path, ctx: StitchContext) -> dict:
+    """Optimise one problem and summarise its report."""
+    started = time.time()
+    try:
+        task = load_task(path)
+        result = create_stitch_graph().invoke(
+            {"task": task}, context=ctx, config={"recursion_limit": 500}
+        )
+    except Exception as exc:  # one problem's failure is a row of the table, not the end
+        return {"problem": str(path), "outcome": "error", "error": f"{type(exc).__name__}: {exc}"}
+    report = result["report"]
+    row = {
+        "problem": str(path),
+        "outcome": report.outcome,
+        "rounds": report.rounds,
+        "seconds": round(time.time() - started, 1),
+        "summary": report.summary,
+    }
+    best = report.best
+    if best is not None:
+        row["correct"] = best.test.status == "passed"
+        row["declared_torch_ops"] = best.declared_torch_ops
+        if best.timing is not None and best.timing.status == "passed":
+            t = best.timing
+            row.update(
+                candidate_ms=t.candidate_ms,
+                eager_ms=t.eager_ms,
+                compile_ms=t.compile_ms,
+                vs_eager=t.speedup_vs_eager,
+                vs_compile=t.speedup_vs_compile,
+                device=t.device,
+            )
+    return row
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of positive values (None when there are none)."""
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def print_table(rows: list[dict], header: str) -> None:
+    """Rows side by side, then geometric means per folder and overall."""
+    print(f"# {header}")
+    print(
+        f"{'problem':48} {'outcome':14} {'ok':3} {'eager ms':>9} {'compile ms':>10} "
+        f"{'ours ms':>9} {'vs eager':>8} {'vs comp':>8} {'rounds':>6}"
+    )
+
+    def fmt(v, spec):
+        return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+    for r in rows:
+        print(
+            f"{Path(r['problem']).parent.name + '/' + Path(r['problem']).stem:48} "
+            f"{r['outcome']:14} {'yes' if r.get('correct') else 'no':3} "
+            f"{fmt(r.get('eager_ms'), '9.4f')} {fmt(r.get('compile_ms'), '10.4f')} "
+            f"{fmt(r.get('candidate_ms'), '9.4f')} {fmt(r.get('vs_eager'), '8.2f')} "
+            f"{fmt(r.get('vs_compile'), '8.2f')} {fmt(r.get('rounds'), '6d')}"
+        )
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(Path(r["problem"]).parent.name, []).append(r)
+    groups["ALL"] = rows
+    print(
+        f"\n{'group':12} {'problems':>8} {'verified':>8} {'partial':>7} {'gm vs eager':>11} "
+        f"{'gm vs compile':>13}"
+    )
+    for name, group in groups.items():
+        full = [r for r in group if r["outcome"] == "verified"]
+        partial = [r for r in group if r["outcome"] == "partial"]
+        ge = geomean([r.get("vs_eager") for r in full])
+        gc = geomean([r.get("vs_compile") for r in full])
+        print(
+            f"{name:12} {len(group):8d} {len(full):8d} {len(partial):7d} "
+            f"{fmt(ge, '11.2f')} {fmt(gc, '13.2f')}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite (or a part of it) and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path, help="folder of problem files (searched recursively)")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--only", help="only problems whose path contains this text")
+    parser.add_argument("--max-rounds", type=int, default=6)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--model", help="chat model for every agent (default: rule-based)")
+    args = parser.parse_args(argv)
+    paths = sorted(p for p in args.root.rglob("*.py") if not p.name.startswith("_"))
+    if args.only:
+        paths = [p for p in paths if args.only in str(p)]
+    ctx = StitchContext(
+        planner_model=args.model,
+        coder_model=args.model,
+        verifier_model=args.model,
+        max_rounds=args.max_rounds,
+        profile=not args.no_profile,
+    )
+    rows = []
+    for path in paths:
+        row = run_one(path, ctx)
+        rows.append(row)
+        print(json.dumps(row, default=str), file=sys.stderr, flush=True)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(
+                json.dumps({"machine": machine(), "rows": rows}, indent=1, default=str)
+            )
+    print_table(rows, machine())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

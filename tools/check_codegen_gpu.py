@@ -1,0 +1,165 @@
+"""Check the rule-based code generator on a GPU: every problem of the suite, end to end.
+
+For each problem: capture, plan, emit, build the kernels with NVRTC (``KernelLibrary``), build
+``ModelNew``, load the reference's state_dict, compare outputs on 3 random draws (atol = rtol =
+1e-4, TF32 off on both sides), then time eager, the candidate and torch.compile (median of 20
+CUDA-event timings). Prints one line per problem and the geometric means.
+
+Usage: ``PYTHONPATH=src python tools/check_codegen_gpu.py [problems_dir] [--compile-budget S]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def _import_without_graph_stack() -> None:
+    """Import stitch_graph's submodules without its __init__ (which needs LangGraph)."""
+    import importlib.util
+    import types
+
+    try:
+        import stitch_graph  # noqa: F401
+    except ImportError:
+        spec = importlib.util.find_spec("stitch_graph.artifacts".split(".")[0])
+        root = Path(__file__).resolve().parent.parent / "src" / "stitch_graph"
+        package = types.ModuleType("stitch_graph")
+        package.__path__ = [str(root)] if spec is None else list(spec.submodule_search_locations)
+        sys.modules["stitch_graph"] = package
+
+
+_import_without_graph_stack()
+
+from stitch_graph.codegen import capture_program, emit_candidate, plan_program  # noqa: E402
+from stitch_graph.runtime.kernels import KernelLibrary  # noqa: E402
+from stitch_graph.task import load_task  # noqa: E402
+
+
+def _time(fn, args, runs: int = 20) -> float:
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _inputs(namespace: dict, seed: int) -> list:
+    torch.manual_seed(seed)
+    return [x.cuda() if torch.is_tensor(x) else x for x in namespace["get_inputs"]()]
+
+
+def _outs(value) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def check(path: Path, compile_left: float) -> dict:
+    row: dict = {"name": f"{path.parent.name}/{path.stem}"}
+    task = load_task(str(path))
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    cand = emit_candidate(ir, plan)
+    row["declared"] = cand.declared_torch_ops
+    row["kernels"] = len(plan.items)
+    namespace: dict = {}
+    exec(compile(task.source, str(path), "exec"), namespace)
+    init = list(task.init_args) or list(namespace["get_init_inputs"]())
+    torch.manual_seed(0)
+    ref = namespace["Model"](*init).cuda()
+    library = KernelLibrary(cand.kernel_source)
+    host: dict = {"KERNELS": library, "__name__": "candidate"}
+    exec(compile(cand.host_source, "<host>", "exec"), host)
+    new = host["ModelNew"](*init).cuda()
+    new.load_state_dict(ref.state_dict())
+    new.train(ref.training)
+    worst = 0.0
+    ok = True
+    with torch.no_grad():
+        for trial in range(3):
+            args = _inputs(namespace, 1000 + trial)
+            expected = _outs(ref(*args))
+            got = _outs(new(*args))
+            for e, g in zip(expected, got, strict=True):
+                if e.shape != g.shape or e.dtype != g.dtype:
+                    ok = False
+                    continue
+                diff = (e.double() - g.double()).abs()
+                worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+                ok &= bool(torch.allclose(e, g, atol=1e-4, rtol=1e-4, equal_nan=True))
+        row["correct"] = ok
+        row["max_err"] = worst
+        args = _inputs(namespace, 7)
+        row["eager_ms"] = _time(ref, args)
+        row["cand_ms"] = _time(new, args)
+        row["compile_ms"] = None
+        if compile_left > 0:
+            t0 = time.time()
+            try:
+                compiled = torch.compile(ref)
+                row["compile_ms"] = _time(compiled, args)
+            except Exception as error:  # noqa: BLE001
+                row["compile_error"] = str(error)[:80]
+            row["compile_s"] = time.time() - t0
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("problems", nargs="?", default="problems")
+    parser.add_argument("--compile-budget", type=float, default=240.0)
+    parser.add_argument("--only", default="")
+    opts = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    files = sorted(Path(opts.problems).glob("*/*.py")) + sorted(Path(opts.problems).glob("*.py"))
+    files = [f for f in files if opts.only in str(f)]
+    print(f"{'problem':40s} {'ok':>5s} {'max_err':>9s} {'eager':>8s} {'cand':>8s} {'compile':>8s} "
+          f"{'vs eager':>8s} {'vs comp':>8s} declared")
+    budget = opts.compile_budget
+    ratios_e, ratios_c, correct = [], [], 0
+    for path in files:
+        try:
+            row = check(path, budget)
+        except Exception as error:  # noqa: BLE001
+            print(f"{path.parent.name}/{path.stem:34s} ERROR {type(error).__name__}: {error}"[:300])
+            traceback.print_exc(limit=2, file=sys.stdout)
+            continue
+        budget -= row.get("compile_s", 0.0)
+        correct += row["correct"]
+        se = row["eager_ms"] / row["cand_ms"]
+        sc = row["compile_ms"] / row["cand_ms"] if row["compile_ms"] else None
+        if row["correct"]:
+            ratios_e.append(se)
+            if sc:
+                ratios_c.append(sc)
+        comp = f"{row['compile_ms']:8.3f}" if row["compile_ms"] else f"{'-':>8s}"
+        print(f"{row['name']:40s} {str(row['correct']):>5s} {row['max_err']:9.2e} "
+              f"{row['eager_ms']:8.3f} {row['cand_ms']:8.3f} {comp} {se:8.2f} "
+              f"{(f'{sc:8.2f}' if sc else '       -')} {','.join(row['declared']) or '-'}")
+        sys.stdout.flush()
+
+    def gmean(xs: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+    print(f"correct {correct}/{len(files)}; geomean speedup vs eager {gmean(ratios_e):.2f} "
+          f"(n={len(ratios_e)}), vs torch.compile {gmean(ratios_c):.2f} (n={len(ratios_c)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
