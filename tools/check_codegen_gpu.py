@@ -128,8 +128,10 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     files = sorted(Path(opts.problems).glob("*/*.py")) + sorted(Path(opts.problems).glob("*.py"))
     files = [f for f in files if opts.only in str(f)]
-    print(f"{'problem':40s} {'ok':>5s} {'max_err':>9s} {'eager':>8s} {'cand':>8s} {'compile':>8s} "
-          f"{'vs eager':>8s} {'vs comp':>8s} declared")
+    print(
+        f"{'problem':40s} {'ok':>5s} {'max_err':>9s} {'eager':>8s} {'cand':>8s} {'compile':>8s} "
+        f"{'vs eager':>8s} {'vs comp':>8s} declared"
+    )
     budget = opts.compile_budget
     ratios_e, ratios_c, correct = [], [], 0
     for path in files:
@@ -148,16 +150,20 @@ def main() -> int:
             if sc:
                 ratios_c.append(sc)
         comp = f"{row['compile_ms']:8.3f}" if row["compile_ms"] else f"{'-':>8s}"
-        print(f"{row['name']:40s} {str(row['correct']):>5s} {row['max_err']:9.2e} "
-              f"{row['eager_ms']:8.3f} {row['cand_ms']:8.3f} {comp} {se:8.2f} "
-              f"{(f'{sc:8.2f}' if sc else '       -')} {','.join(row['declared']) or '-'}")
+        print(
+            f"{row['name']:40s} {str(row['correct']):>5s} {row['max_err']:9.2e} "
+            f"{row['eager_ms']:8.3f} {row['cand_ms']:8.3f} {comp} {se:8.2f} "
+            f"{(f'{sc:8.2f}' if sc else '       -')} {','.join(row['declared']) or '-'}"
+        )
         sys.stdout.flush()
 
     def gmean(xs: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
-    print(f"correct {correct}/{len(files)}; geomean speedup vs eager {gmean(ratios_e):.2f} "
-          f"(n={len(ratios_e)}), vs torch.compile {gmean(ratios_c):.2f} (n={len(ratios_c)})")
+    print(
+        f"correct {correct}/{len(files)}; geomean speedup vs eager {gmean(ratios_e):.2f} "
+        f"(n={len(ratios_e)}), vs torch.compile {gmean(ratios_c):.2f} (n={len(ratios_c)})"
+    )
     return 0
 
 

@@ -138,7 +138,7 @@ def test_partial_program_through_an_item(generated: dict[str, tuple]) -> None:
     second = emit_candidate(ir, done, through=done.items[1].id)
     # items[1] is the first LayerNorm (+GELU): one of the two LayerNorms is now generated
     assert second.host_source.count("torch.nn.functional.layer_norm(") == 1
-    assert "linear" not in second.host_source.split("# k1:")[0].split("def forward")[1]
+    assert "torch.nn.functional.linear(x," not in second.host_source
     assert cand.declared_torch_ops and second.kernel_source != cand.kernel_source
 
 
@@ -163,17 +163,33 @@ def test_apply_feedback_changes_tuning_and_code(generated: dict[str, tuple]) -> 
     assert tuned.history and tuned.cuda_graph is True
     assert all(tuned.for_item(i.id).block_size == 512 for i in plan.items)
     cand = emit_candidate(ir, plan, tuning=tuned)
-    assert cand.kernel_source != base.kernel_source and "__launch_bounds__(512)" in cand.kernel_source
+    assert (
+        cand.kernel_source != base.kernel_source and "__launch_bounds__(512)" in cand.kernel_source
+    )
     split = apply_feedback(
-        None, plan, Feedback(target="coder", category="bottleneck",
-                             items=[FeedbackItem(action=f"unfuse {plan.items[1].id}")]),
+        None,
+        plan,
+        Feedback(
+            target="coder",
+            category="bottleneck",
+            items=[FeedbackItem(action=f"unfuse {plan.items[1].id}")],
+        ),
     )
     assert split.for_item(plan.items[1].id).fuse is False
-    assert emit_candidate(ir, plan, tuning=split).kernel_source.count("__global__") > base.kernel_source.count("__global__")  # noqa: E501
+    assert emit_candidate(ir, plan, tuning=split).kernel_source.count(
+        "__global__"
+    ) > base.kernel_source.count("__global__")  # noqa: E501
     _, ir, plan, base = generated["codegen_problems/reduction_full_frobenius"]
     assert "_part" in base.kernel_source  # one long row: two-stage reduction by default
-    vec = apply_feedback(None, plan, Feedback(target="coder", category="bottleneck",
-                                              items=[FeedbackItem(action="use scalar loads, no float4 vectorize")]))  # noqa: E501
+    vec = apply_feedback(
+        None,
+        plan,
+        Feedback(
+            target="coder",
+            category="bottleneck",
+            items=[FeedbackItem(action="use scalar loads, no float4 vectorize")],
+        ),
+    )  # noqa: E501
     assert vec.history
 
 

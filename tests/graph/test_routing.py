@@ -187,3 +187,45 @@ def test_malformed_output_then_valid_output_recovers(task):
         task, planner=planner, coder=coder, executor=ScriptedExecutor([passed()]), max_tool_calls=0
     )
     assert result["report"].outcome == "verified"
+
+
+def test_model_verifier_calls_its_tools_then_sends_findings_to_the_planner(
+    task, monkeypatch, tmp_path
+):
+    from stitch_graph.knowledge import reset_default_index
+
+    monkeypatch.setenv("STITCH_EMBEDDER", "hashing")  # the weight-free embedder keeps this quick
+    monkeypatch.setenv("STITCH_CACHE_DIR", str(tmp_path))
+    reset_default_index()
+    planner = ScriptedChatModel(script=[plan_answer(), plan_answer()])
+    coder = ScriptedChatModel(script=[program(), program(KERNEL + "// vectorised\n")])
+    verifier = ScriptedChatModel(
+        script=[
+            call("search_cuda_knowledge", query="DRAM throughput 40% elementwise kernel", k=2),
+            AIMessage(content="loads are scalar"),
+            call(
+                "AnalysisDraft",
+                summary="scalar loads",
+                items=[{"action": "vectorise loads", "detail": "use float4", "source": "verifier"}],
+            ),
+            AIMessage(content="fine now"),
+            call("AnalysisDraft", summary="near peak", items=[]),
+        ]
+    )
+    executor = ScriptedExecutor([passed(1.0), passed(0.7)], profiles=[profile(0.6), profile(0.6)])
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        verifier_model=verifier,
+        executor=executor,
+        max_tool_calls=1,
+        max_replans=1,
+    )
+    result = create_stitch_graph().invoke({"task": task}, context=ctx)
+    reset_default_index()
+    tool_reply = [m for m in verifier.prompts[1] if isinstance(m, ToolMessage)][0]
+    assert tool_reply.content.startswith("Knowledge entries for: DRAM throughput 40%")
+    assert "\n2. [" in tool_reply.content and "\n3. [" not in tool_reply.content
+    replan_request = planner.prompts[1][-1].content
+    assert "vectorise loads: use float4 (verifier)" in replan_request
+    assert result["report"].best.timing.candidate_ms == 0.7

@@ -24,7 +24,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
-from stitch_graph.agents.llm import model_label, resolve_model, structured_call
+from stitch_graph.agents.llm import final_answer, model_label, resolve_model, structured_call
 from stitch_graph.artifacts import AgentFailure, Candidate, Feedback, Plan, Task, TodoItem
 from stitch_graph.context import StitchContext, resolve_context
 from stitch_graph.progress import emit
@@ -109,10 +109,14 @@ def model_candidate(
         reset = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]
     if ctx.max_tool_calls > 0 and _tool_calls_made(history) < ctx.max_tool_calls:
         try:
-            answer = model.bind_tools(coder_tools()).invoke(history)
+            answer = model.bind_tools([*coder_tools(), CandidateDraft]).invoke(history)
         except Exception as exc:  # a provider error ends this step, not the run
             answer = AIMessage(content=f"(tool step skipped: {type(exc).__name__}: {exc})")
-        if getattr(answer, "tool_calls", None):
+        draft = final_answer(answer, CandidateDraft)
+        if draft is not None:
+            return _submitted(draft, item, model, reset)
+        calls = [c["name"] for c in getattr(answer, "tool_calls", None) or []]
+        if calls and CandidateDraft.__name__ not in calls:
             return {"coder_messages": [*reset, answer], "coder_status": "tools"}
         if answer.content:
             history.append(AIMessage(content=answer.content))
@@ -124,13 +128,19 @@ def model_candidate(
         method=ctx.structured_output_method,
         retries=ctx.model_retries,
     )
-    closing = AIMessage(content="program handed to the Verifier" if draft else "no program")
     if draft is None:
         return {
-            "coder_messages": [*reset, closing],
+            "coder_messages": [*reset, AIMessage(content="no program")],
             "failures": [*state.get("failures", []), failure],
             "coder_status": "failed",
         }
+    return _submitted(draft, item, model, reset)
+
+
+def _submitted(
+    draft: CandidateDraft, item: TodoItem, model: Any, reset: list[AnyMessage]
+) -> dict[str, Any]:
+    """The state update that hands a finished program to the Verifier."""
     candidate = Candidate(
         kernel_source=draft.kernel_source,
         host_source=draft.host_source,
@@ -139,6 +149,7 @@ def model_candidate(
         item_id=item.id,
         author=model_label(model),
     )
+    closing = AIMessage(content="program handed to the Verifier")
     return {
         "coder_messages": [*reset, closing],
         "candidate": candidate,

@@ -59,6 +59,22 @@ def model_label(model: BaseChatModel | None) -> str:
     return type(model).__name__
 
 
+def final_answer(message: AIMessage, schema: type[SchemaT]) -> SchemaT | None:
+    """The ``schema`` object if ``message`` calls the schema itself as its (only) tool.
+
+    Agents bind their output schema next to their tools, so a model can hand over its result in
+    the same turn as it would call a tool; a call that does not validate returns None and the
+    caller falls back to ``structured_call``, which shows the model its error.
+    """
+    calls = getattr(message, "tool_calls", None) or []
+    if len(calls) != 1 or calls[0]["name"] != schema.__name__:
+        return None
+    try:
+        return schema.model_validate(calls[0]["args"])
+    except ValueError:
+        return None
+
+
 def structured_call(
     model: BaseChatModel,
     schema: type[SchemaT],

@@ -26,7 +26,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
-from stitch_graph.agents.llm import resolve_model, structured_call
+from stitch_graph.agents.llm import final_answer, resolve_model, structured_call
 from stitch_graph.artifacts import (
     BestProgram,
     Candidate,
@@ -206,10 +206,15 @@ def _analysis_step(
     made = sum(len(getattr(m, "tool_calls", []) or []) for m in history if isinstance(m, AIMessage))
     if made < ctx.max_tool_calls:
         try:
-            answer = model.bind_tools(verifier_tools()).invoke(history)
+            answer = model.bind_tools([*verifier_tools(), AnalysisDraft]).invoke(history)
         except Exception as exc:  # the analysis is optional; the checks already ran
             answer = AIMessage(content=f"(analysis tools skipped: {type(exc).__name__}: {exc})")
-        if getattr(answer, "tool_calls", None):
+        draft = final_answer(answer, AnalysisDraft)
+        if draft is not None:
+            done = AIMessage(content="analysis done")
+            return {"verifier_messages": [*reset, done], "verifier_status": "done"}, draft
+        calls = [c["name"] for c in getattr(answer, "tool_calls", None) or []]
+        if calls and AnalysisDraft.__name__ not in calls:
             return {"verifier_messages": [*reset, answer], "verifier_status": "tools"}, None
         if answer.content:
             history.append(AIMessage(content=answer.content))

@@ -2,7 +2,8 @@
 
 The reference is executed only symbolically: the model is built on the meta device (rebuilt on the
 CPU under ``torch.manual_seed(0)`` only when it holds constants whose values the host code needs),
-traced with ``torch.fx.symbolic_trace`` through every submodule (``torch.export`` when fx fails), and
+traced with ``torch.fx.symbolic_trace`` through every submodule but the normalisations
+(``torch.export`` when fx fails), and
 shapes come from ``ShapeProp`` on meta tensors, so a problem with gigabytes of weights captures in
 milliseconds. Every call becomes a canonical op (``F.gelu(x, approximate="tanh")`` ->
 ``gelu_tanh``, ``x.sum(1)`` -> ``sum``, ``nn.BatchNorm2d`` in eval -> ``batch_norm_eval``) with
@@ -93,7 +94,11 @@ def _module_call(
         return "torch.nn.functional.group_norm", args, {}
     if isinstance(module, torch.nn.LayerNorm):
         shape = list(module.normalized_shape)
-        return "torch.nn.functional.layer_norm", [x, shape, param("weight"), param("bias"), module.eps], {}
+        return (
+            "torch.nn.functional.layer_norm",
+            [x, shape, param("weight"), param("bias"), module.eps],
+            {},
+        )
     msg = f"no functional form for leaf module {type(module).__name__}"
     raise CaptureError(msg)
 
@@ -225,9 +230,7 @@ def capture_program(task: Task) -> ProgramIR:
     args, in_dtypes = _meta_inputs(task, namespace)
     gm, method = _trace(model, args)
     state = model.state_dict()
-    needs_values = any(
-        n.op == "get_attr" and n.target not in state for n in gm.graph.nodes
-    ) or any(
+    needs_values = any(n.op == "get_attr" and n.target not in state for n in gm.graph.nodes) or any(
         name in m._non_persistent_buffers_set
         for _, m in model.named_modules()
         for name in m._buffers
@@ -391,7 +394,9 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
 
 
 def _is_tensor_seq(value: Any) -> bool:
-    return isinstance(value, list | tuple) and bool(value) and all(torch.is_tensor(v) for v in value)
+    return (
+        isinstance(value, list | tuple) and bool(value) and all(torch.is_tensor(v) for v in value)
+    )
 
 
 def _is_buffer_update(fx_node: torch.fx.Node, env: dict[str, Any]) -> bool:
@@ -430,7 +435,9 @@ def _lower_call(
         op = _canonical_name(fx_node)
         call_args = list(_subst(fx_node.args, env))
         call_kwargs = dict(_subst(fx_node.kwargs, env))
-        call = "." + str(fx_node.target) if fx_node.op == "call_method" else _qualname(fx_node.target)
+        call = (
+            "." + str(fx_node.target) if fx_node.op == "call_method" else _qualname(fx_node.target)
+        )
     info = lookup(op)
     bound = info.bind(call_args, call_kwargs) if info is not None else {}
     if info is not None and info.kind == "view" and op in ("view", "permute", "expand"):
@@ -500,7 +507,9 @@ def _variant(
     if op in ("softmax", "log_softmax") and bound.get("dim") is None:
         return f"{op}_implicit_dim", bound, attrs
     if op in ("to", "type_as", "type", "float") and isinstance(call_args[0], Ref):
-        if ir.dtypes.get(call_args[0]) == str(fx_node.meta["sg_value"].dtype).removeprefix("torch."):
+        if ir.dtypes.get(call_args[0]) == str(fx_node.meta["sg_value"].dtype).removeprefix(
+            "torch."
+        ):
             return "identity_of", {"input": call_args[0]}, attrs
     if info is not None and info.kind == "identity":
         src = bound.get("input")
@@ -597,7 +606,9 @@ def _insert_copies(ir: ProgramIR) -> None:
             if needs:
                 name = f"{node.name}_{key}"
                 shape = ir.shapes[src]
-                copy = OpNode(name, "copy", {"input": src}, shape, ir.dtypes[src], ".contiguous", [src])
+                copy = OpNode(
+                    name, "copy", {"input": src}, shape, ir.dtypes[src], ".contiguous", [src]
+                )
                 new_nodes.append(copy)
                 ref = Ref("node", name)
                 ir.shapes[ref] = shape

@@ -192,9 +192,7 @@ class Group:
         return [*self.prologue, *([self.anchor] if self.anchor else []), *self.epilogue]
 
 
-def matrix_layout(
-    shape: tuple[int, ...], strides: tuple[int, ...]
-) -> tuple[bool, int, int] | None:
+def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[bool, int, int] | None:
     """How a GEMM operand sits in memory: ``(transposed, ld, batch_stride)``, or ``None``.
 
     The last two dims are the matrix; it must be row-major (``transposed=False``) or column-major

@@ -1,4 +1,4 @@
-"""The op registry: one table from a canonical op name to its kind, its CUDA expression and its cost.
+"""The op registry: one table from a canonical op name to its kind, CUDA expression and cost.
 
 Coverage is data, not a chain of ``if`` statements: the capture step maps every traced call to a
 canonical name, the scheduler asks this table what kind of node that is, and the emitter asks it for
@@ -240,7 +240,7 @@ _op("clone", IDENTITY, "input, memory_format=None", flops=0)
 _op("detach", IDENTITY, "input", flops=0)
 _op("dropout", IDENTITY, "input, p=0.5, training=False, inplace=False", flops=0, note="identity when p == 0 or not training")  # noqa: E501
 _op("identity", IDENTITY, "input", flops=0)
-# ---- explicitly unsupported: they stay in PyTorch, declared ---------------------------------------
+# ---- explicitly unsupported: they stay in PyTorch, declared ------------------------------------
 _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="sorting needs a segmented radix sort; no rule emits it")  # noqa: E501

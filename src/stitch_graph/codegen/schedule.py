@@ -105,7 +105,9 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return "pointwise", ""
     if info.kind in ("reduction", "norm", "softmax"):
         reason = _row_ok(ir, node)
-        return (info.kind, "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
+        return (
+            (info.kind, "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
+        )
     if info.kind == "gemm":
         refs = [r for r in node.tensor_refs() if r != node.args.get("bias")]
         operands = refs[-2:] if node.op == "addmm" else refs[:2]
@@ -357,9 +359,8 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
             "views run on the host; outputs are fresh torch.empty buffers",
         ],
     )
-    summary = (
-        f"{ir.task.name}: {len(ir.nodes)} op(s) -> {len(groups)} kernel item(s)"
-        + (f", {len(unsupported)} op(s) left to PyTorch" if unsupported else "")
+    summary = f"{ir.task.name}: {len(ir.nodes)} op(s) -> {len(groups)} kernel item(s)" + (
+        f", {len(unsupported)} op(s) left to PyTorch" if unsupported else ""
     )
     return Plan(
         summary=summary, items=items, host=host, unsupported_ops=unsupported, hotspots=hotspots

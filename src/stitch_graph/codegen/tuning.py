@@ -85,7 +85,9 @@ def apply_feedback(tuning: Tuning | None, plan: Plan, feedback: Feedback) -> Tun
                 k.unroll = 1
             elif "occupancy" in text or "block size" in text:
                 smaller = "smaller" in text or "decrease" in text or "reduce block" in text
-                k.block_size = max(64, k.block_size // 2) if smaller else min(1024, k.block_size * 2)
+                k.block_size = (
+                    max(64, k.block_size // 2) if smaller else min(1024, k.block_size * 2)
+                )
             if "vectori" in text or "coalesc" in text or "float4" in text:
                 k.vector_width = 4 if k.vector_width == 1 or "scalar" not in text else 1
                 if k.vector_width == 4 and before["vector_width"] == 4:
