@@ -108,11 +108,18 @@ def test_graph_mermaid_to_a_file(tmp_path, capsys):
     or importlib.util.find_spec("mermaidx") is not None,
     reason="a PNG renderer is installed",
 )
-def test_graph_png_without_a_renderer(capsys):
-    assert main(["graph", "--format", "png"]) == 2
+def test_graph_png_without_a_renderer(capsys, tmp_path):
+    target = tmp_path / "graph.png"
+    assert main(["graph", "--format", "png", "--output", str(target)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "pygraphviz" in captured.err and "mermaidx" in captured.err
+    assert not target.exists()
+
+
+def test_graph_image_needs_an_output_file(capsys):
+    assert main(["graph", "--format", "svg"]) == 2
+    assert "--output" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from stitch_graph.context import StitchContext
 
 RUNS_DIR = Path("runs")
@@ -55,7 +57,8 @@ def _context(args: argparse.Namespace, out: Path) -> StitchContext:
 def _describe(event: dict[str, Any]) -> str:
     data = {k: v for k, v in event.items() if k not in ("agent", "event", "time")}
     extra = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, ""))
-    return f"[bold]{event.get('agent', '?'):>9}[/bold] {event.get('event', '')} {extra}".rstrip()
+    text = escape(f"{event.get('event', '')} {extra}".rstrip())
+    return f"[bold]{event.get('agent', '?'):>9}[/bold] {text}"
 
 
 def _write_outputs(out: Path, state: dict[str, Any]) -> None:
@@ -95,12 +98,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         out = Path(args.resume) if Path(args.resume).is_dir() else RUNS_DIR / args.resume
         meta_path = out / "run.json"
         if not meta_path.exists():
-            console.print(f"[red]no run to resume at {out}[/red]: expected {meta_path}")
+            console.print(
+                f"[red]no run to resume at {escape(str(out))}[/red]: expected {meta_path}"
+            )
             return 2
         meta = json.loads(meta_path.read_text())
         problem = meta["problem"]
+        defaults = vars(build_parser().parse_args(["optimize"]))
         for key, value in meta["args"].items():
-            if getattr(args, key, None) in (None, False) or key in ("problem",):
+            if key != "resume" and getattr(args, key, None) == defaults.get(key):
                 setattr(args, key, value)
     else:
         if not args.problem:
@@ -112,7 +118,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     try:
         task = load_task(problem)
     except TaskLoadError as exc:
-        console.print(f"[red]cannot load the problem[/red]: {exc}")
+        console.print(f"[red]cannot load the problem[/red]: {escape(str(exc))}")
+        return 2
+    if not args.resume and (out / "checkpoints.sqlite").exists():
+        console.print(
+            f"[red]{escape(str(out))} already holds a run[/red]: continue it with "
+            f"--resume {escape(out.name)}, or choose another --out"
+        )
         return 2
     out.mkdir(parents=True, exist_ok=True)
     run_id = out.name
@@ -129,13 +141,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     try:
         ctx = _context(args, out)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         return 2
     graph = create_stitch_graph(checkpointer=sqlite_checkpointer(out / "checkpoints.sqlite"))
     config = {"configurable": {"thread_id": run_id}, "recursion_limit": 500}
     snapshot = graph.get_state(config)
     if args.resume and not snapshot.next and snapshot.values.get("report") is not None:
-        console.print(f"run {run_id} already finished: {snapshot.values['report'].summary}")
+        console.print(f"run {run_id} already finished: {escape(snapshot.values['report'].summary)}")
         _write_outputs(out, snapshot.values)
         return 0
     inputs = (
@@ -150,7 +162,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 log.write(json.dumps(chunk, default=str) + "\n")
                 log.flush()
                 if not args.quiet:
-                    console.print(_describe(chunk))
+                    console.print(_describe(chunk), markup=True)
                 status.update(f"{chunk.get('agent')}: {chunk.get('event')}")
             else:
                 log.write(json.dumps({"update": list(chunk)}, default=str) + "\n")
@@ -159,7 +171,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     report = final.get("report")
     print(report.summary if report else "run ended without a report")
     print(f"outputs: {out}")
-    return 0 if report is not None and report.outcome != "failed" else 1
+    return 0 if report is not None and report.outcome not in ("failed", "no_program") else 1
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -167,6 +179,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from stitch_graph.draw import draw
     from stitch_graph.graph import create_stitch_graph
 
+    if args.format in ("png", "svg") and not args.output:
+        print(f"--format {args.format} writes an image: give --output FILE", file=sys.stderr)
+        return 2
     try:
         result = draw(create_stitch_graph(), args.format, path=args.output)
     except RuntimeError as exc:

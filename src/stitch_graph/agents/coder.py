@@ -75,6 +75,41 @@ def rule_candidate(
     return candidate, memory
 
 
+def rule_step(
+    task: Task, plan: Plan, item: TodoItem, state: dict[str, Any], writer: Any
+) -> dict[str, Any]:
+    """One rule-based step; an item the generator cannot change is given up, not retried."""
+    failures = list(state.get("failures", []))
+    while item is not None:
+        try:
+            candidate, memory = rule_candidate(task, plan, item, state)
+        except Exception as exc:  # an op the generator mis-handles is a recorded failure
+            reason = f"rule-based coder failed on {item.id}: {exc}"
+        else:
+            if candidate.digest != state.get("verified_digest"):
+                emit(writer, "coder", "candidate ready", digest=candidate.digest)
+                return {
+                    "candidate": candidate,
+                    "coder_memory": memory,
+                    "coder_status": "submitted",
+                    "plan": plan,
+                }
+            feedback = state.get("feedback")
+            reason = (
+                f"rule-based coder has no other program for {item.id} after "
+                f"{feedback.category if feedback else 'the last verdict'}"
+            )
+        failures.append(AgentFailure(agent="coder", reason=reason))
+        emit(writer, "coder", "gave up item", item=item.id, detail=reason)
+        items = [
+            i.model_copy(update={"status": "failed", "note": reason}) if i.id == item.id else i
+            for i in plan.items
+        ]
+        plan = plan.model_copy(update={"items": items})
+        item = plan.next_pending()
+    return {"failures": failures, "coder_status": "failed", "plan": plan}
+
+
 def id_of(feedback: Feedback) -> str:
     """A stable identity of a feedback object (feedback is applied once)."""
     return str(hash(feedback.model_dump_json()))
@@ -170,16 +205,7 @@ def coder_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict[s
     model = resolve_model(ctx.coder_model)
     emit(writer, "coder", "writing", item=item.id, kernel=item.kernel, model=model_label(model))
     if model is None:
-        try:
-            candidate, memory = rule_candidate(task, plan, item, state)
-        except Exception as exc:  # an op the generator mis-handles is a recorded failure
-            failure = AgentFailure(
-                agent="coder", reason=f"rule-based coder failed on {item.id}: {exc}"
-            )
-            emit(writer, "coder", "failed", detail=failure.reason)
-            return {"failures": [*state.get("failures", []), failure], "coder_status": "failed"}
-        emit(writer, "coder", "candidate ready", digest=candidate.digest)
-        return {"candidate": candidate, "coder_memory": memory, "coder_status": "submitted"}
+        return rule_step(task, plan, item, state, writer)
     update = model_candidate(model, task, plan, item, state, ctx)
     if "candidate" in update:
         emit(writer, "coder", "candidate ready", digest=update["candidate"].digest)
