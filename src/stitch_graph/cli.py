@@ -203,6 +203,28 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
     return cmd_search(args.query, args.k, args.mode)
 
 
+def cmd_export_training(args: argparse.Namespace) -> int:
+    """Write training samples (write-from-task, improve-from-feedback) from finished runs."""
+    from stitch_graph.checkpoint import sqlite_checkpointer
+    from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.reward import export_training_data
+    from stitch_graph.reward.from_run import samples_from_run
+
+    samples = []
+    for run in args.runs:
+        folder = Path(run) if Path(run).is_dir() else RUNS_DIR / run
+        db = folder / "checkpoints.sqlite"
+        if not db.exists():
+            print(f"{folder}: no checkpoints.sqlite; is this a run folder?", file=sys.stderr)
+            return 2
+        graph = create_stitch_graph(checkpointer=sqlite_checkpointer(db))
+        samples += samples_from_run(graph, {"configurable": {"thread_id": folder.name}})
+    report = export_training_data(samples, args.out, include_hacks=not args.no_hacks)
+    for skill, count in report.counts.items():
+        print(f"{skill}: {count} samples -> {report.files[skill]}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stitch-graph``."""
     parser = argparse.ArgumentParser(
@@ -241,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--format", default="mermaid", choices=["mermaid", "ascii", "png", "svg"])
     gr.add_argument("--output", help="write to this file instead of printing")
     gr.set_defaults(func=cmd_graph)
+
+    ex = sub.add_parser(
+        "export-training", help="training samples for the Coder's two skills from finished runs"
+    )
+    ex.add_argument("runs", nargs="+", help="run folders or run ids under runs/")
+    ex.add_argument("--out", required=True, help="folder for the JSONL files")
+    ex.add_argument("--no-hacks", action="store_true", help="leave out samples rejected as hacks")
+    ex.set_defaults(func=cmd_export_training)
 
     kn = sub.add_parser("knowledge", help="the CUDA knowledge index")
     ksub = kn.add_subparsers(dest="knowledge_command", required=True)
