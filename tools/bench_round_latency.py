@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="warm rounds per candidate")
     parser.add_argument("--no-ncu", action="store_true", help="skip the rounds with ncu")
     parser.add_argument("--json", help="write all measurements here")
+    parser.add_argument("--only", help="comma-separated candidate folder names to run")
     args = parser.parse_args(argv)
     _ensure_importable()
     from stitch_graph.artifacts import Task
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     executor = LocalGPUExecutor()
     rows: list[dict[str, Any]] = []
     try:
-        for folder in sorted(p for p in Path(args.candidates).iterdir() if p.is_dir()):
+        wanted = set(args.only.split(",")) if args.only else None
+        folders = sorted(p for p in Path(args.candidates).iterdir() if p.is_dir())
+        for folder in [f for f in folders if wanted is None or f.name in wanted]:
             candidate, meta = load_candidate_dir(folder)
             problem = Path(meta["problem"])
             task = Task(name=problem.stem, source=problem.read_text(), path=str(problem))
@@ -134,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        ncu=True)
             rows.append({"candidate": folder.name, "form": candidate.form, "ref_s": ref_s,
                          "cold": cold, "warm": warm, "ncu": with_ncu})
+            print(f"done {folder.name}: ref {ref_s:.2f} s, cold {cold['seconds']:.2f} s, warm "
+                  + ", ".join(f"{w['seconds']:.2f}" for w in warm) + " s"
+                  + (f", with ncu {with_ncu['seconds']:.2f} s" if with_ncu else ""), flush=True)
     finally:
         executor.shutdown()
     _print_table(rows)

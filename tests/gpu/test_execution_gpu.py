@@ -85,7 +85,7 @@ def test_cubin_from_nvcc_is_used(settings, executor):
 
 @pytest.mark.parametrize("folder", FAULTY, ids=lambda p: p.name)
 def test_faulty_candidate_is_caught_and_next_one_passes(folder, settings, executor):
-    quick = dataclasses.replace(settings, timeout_s=20.0)
+    quick = dataclasses.replace(settings, timeout_s=12.0)
     outcome, meta = _verify(folder, quick, executor)
     expect = meta["expect"]
     assert outcome.test.status == expect["status"], outcome.test

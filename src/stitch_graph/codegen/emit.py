@@ -615,7 +615,10 @@ class _Emitter:
             return (1, int(value)) if one_d else (int(value), int(value))
 
         def pad_pair(value: Any) -> tuple[int, int]:
-            return (0, 0) if value == "valid" else pair(value)
+            if value == "valid":
+                return 0, 0
+            first, second = pair(value)
+            return (0, second) if one_d else (first, second)
 
         cin = xs[1]
         h, wd = (1, xs[2]) if one_d else (xs[2], xs[3])

@@ -14,9 +14,11 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +192,14 @@ def device_label(device: str = "cuda") -> str:
     return name
 
 
+def _inductor_cache_dir() -> str:
+    """torch.compile's cache, shared by every run of this user (workers get a scratch TMPDIR)."""
+    explicit = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if explicit:
+        return explicit
+    return os.path.join(tempfile.gettempdir(), f"stitch-inductor-{os.getuid()}")
+
+
 def reference_payload(task: Task, settings: RunSettings, device: str = "cuda") -> dict[str, Any]:
     """The ``reference`` job's payload for ``task`` under ``settings``."""
     return {
@@ -241,7 +251,7 @@ def ensure_reference(
             timeout_s=max(settings.timeout_s, 300.0),  # torch.compile takes a while when cold
             memory_limit_mb=settings.memory_limit_mb,
             scratch_dir=str(staging),
-            env={"TORCHINDUCTOR_CACHE_DIR": str(settings.root() / "inductor-cache")},
+            env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
         )
         own = executor is None
         runner = executor or LocalGPUExecutor(max_workers=1)
