@@ -599,3 +599,27 @@ def test_one_line_tricks(prefix: str, statements: str, rule: str) -> None:
                  + prefix)
     report = check_candidate(_candidate(host))
     assert rule in report.rules, report.findings
+
+
+def test_a_cublas_call_in_a_helper_counts_as_writing_the_output():
+    host = '''
+import torch
+from cupy.cuda import cublas
+
+
+def _gemm(a, b, c):
+    handle = 0
+    cublas.sgemm(handle, 0, 0, 4, 4, 4, 1, a.data_ptr(), 4, b.data_ptr(), 4, 0, c.data_ptr(), 4)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, a, b):
+        out = torch.empty(4, 4, device=a.device)
+        _gemm(a, b, out)
+        relu = torch.empty_like(out)
+        KERNELS.relu(1, 16, out, relu, 16)
+        return relu
+'''
+    kernel = 'extern "C" __global__ void relu(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = fmaxf(x[i], 0.f); }'
+    report = check_candidate(Candidate(kernel_source=kernel, host_source=host))
+    assert not report.rejected, report.findings

@@ -796,7 +796,7 @@ def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):
                                        b.data_ptr(), ldb, sb, zero, c.data_ptr(), ldc, sc, batch)
 
 
-_PARAMS = {params!r}
+_PARAMS = {params}
 
 
 class ModelNew(nn.Module):
@@ -811,11 +811,10 @@ class ModelNew(nn.Module):
                 if not hasattr(owner, part):
                     owner.add_module(part, nn.Module())
                 owner = getattr(owner, part)
-            dt = getattr(torch, dtype)
             if value is not None:
-                tensor = torch.tensor(value, dtype=dt).reshape(shape)
+                tensor = torch.tensor(value, dtype=dtype).reshape(shape)
             else:
-                tensor = torch.zeros(shape, dtype=dt)
+                tensor = torch.zeros(shape, dtype=dtype)
             if buffer:
                 owner.register_buffer(leaf, tensor, persistent=persistent)
             else:
@@ -940,7 +939,15 @@ def emit_candidate(
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     else:
         body.append(f"return {outs[0]}")
-    params = [(p.name, list(p.shape), p.dtype, p.buffer, p.persistent, p.value) for p in ir.params]
+    params = (
+        "["
+        + ", ".join(
+            f"({p.name!r}, {list(p.shape)!r}, torch.{p.dtype}, {p.buffer!r}, {p.persistent!r}, "
+            f"{p.value!r})"
+            for p in ir.params
+        )
+        + "]"
+    )
     inputs = ", ".join(name for name, _ in ir.inputs) or "*args"
     note = (
         f"Declared PyTorch ops (not yet generated): {', '.join(declared)}."

@@ -200,15 +200,87 @@ _HALF_DTYPES = frozenset(
 # Method names that mean compute on any receiver that is not known to be something else.
 _COMPUTE_METHODS = frozenset(
     {
-        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "matmul", "mm", "bmm",
-        "addmm", "baddbmm", "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax",
-        "argmin", "exp", "log", "sqrt", "rsqrt", "pow", "abs", "neg", "relu", "relu_",
-        "sigmoid", "tanh", "softmax", "log_softmax", "clamp", "clamp_", "clip", "norm", "var",
-        "std", "cumsum", "cumprod", "sort", "topk", "where", "masked_fill", "masked_fill_",
-        "copy_", "clone", "conv2d", "einsum", "sign", "floor", "ceil", "round", "gelu",
-        "erf", "sin", "cos", "square", "reciprocal", "lerp", "addcmul", "addcdiv",
-        "index_select", "gather", "scatter", "scatter_add", "repeat", "tile", "flip", "roll",
-        "logsumexp", "fmod", "remainder", "dot", "outer", "tril", "triu", "diag",
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "mul",
+        "mul_",
+        "div",
+        "div_",
+        "matmul",
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "sum",
+        "mean",
+        "prod",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "pow",
+        "abs",
+        "neg",
+        "relu",
+        "relu_",
+        "sigmoid",
+        "tanh",
+        "softmax",
+        "log_softmax",
+        "clamp",
+        "clamp_",
+        "clip",
+        "norm",
+        "var",
+        "std",
+        "cumsum",
+        "cumprod",
+        "sort",
+        "topk",
+        "where",
+        "masked_fill",
+        "masked_fill_",
+        "copy_",
+        "clone",
+        "conv2d",
+        "einsum",
+        "sign",
+        "floor",
+        "ceil",
+        "round",
+        "gelu",
+        "erf",
+        "sin",
+        "cos",
+        "square",
+        "reciprocal",
+        "lerp",
+        "addcmul",
+        "addcdiv",
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_add",
+        "repeat",
+        "tile",
+        "flip",
+        "roll",
+        "logsumexp",
+        "fmod",
+        "remainder",
+        "dot",
+        "outer",
+        "tril",
+        "triu",
+        "diag",
     }
 )
 
@@ -315,6 +387,21 @@ _DANGEROUS_BUILTINS = {
     "breakpoint": "timing_tamper",
 }
 _LAUNCHER_NAMES = frozenset({"KERNELS", "LIB"})
+# CUDA libraries whose calls do real work on device buffers (cuBLAS GEMMs, cuDNN convolutions).
+_LIBRARY_MODULES = frozenset({"cublas", "cublasLt", "cudnn", "cufft", "cusparse", "cusolver"})
+
+
+def _attribute_chain(node: ast.AST) -> list[str]:
+    """``a.b.c`` as ``["a", "b", "c"]`` (empty when the root is not a plain name)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return []
+    parts.append(node.id)
+    return parts[::-1]
+
 
 # ------------------------------------------------------------------------------------------
 # The report
@@ -624,14 +711,10 @@ class _ModelInfo:
 
 
 def _find_model(tree: ast.Module, names: _Names) -> _ModelInfo | None:
-    cls = next(
-        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None
-    )
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     if cls is None:
         return None
-    methods = {
-        n.name: n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     tensor_attrs: set[str] = set()
     submodules: dict[str, str] = {}
     launcher_attrs: set[str] = set()
@@ -810,10 +893,14 @@ class _Analyzer:
         return False
 
     def is_launch(self, call: ast.Call) -> bool:
-        """Whether ``call`` launches a kernel (or replays a captured graph)."""
+        """Whether ``call`` launches a kernel, calls a CUDA library, or replays a graph."""
         if self.is_launcher(call.func):
             return True
-        return isinstance(call.func, ast.Attribute) and call.func.attr == "replay"
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        if call.func.attr == "replay":
+            return True
+        return bool(_LIBRARY_MODULES & set(_attribute_chain(call.func)[:-1]))
 
     def is_tensor(self, node: ast.AST | None) -> bool:
         """Whether ``node`` is known to evaluate to a tensor."""
@@ -1399,16 +1486,15 @@ def _forward_body_text(source: str) -> str | None:
     return None
 
 
-def _check_copied_reference(
-    reference_source: str, model: _ModelInfo, out: _Collector
-) -> None:
+def _check_copied_reference(reference_source: str, model: _ModelInfo, out: _Collector) -> None:
     body = _forward_body_text(reference_source)
     if not body or len(body) < 12:
         return
     mine = re.sub(r"\s+", "", ast.unparse(model.cls))
     if body in mine:
-        out.add("reference_access", "ModelNew contains the reference's forward body verbatim",
-                model.cls)
+        out.add(
+            "reference_access", "ModelNew contains the reference's forward body verbatim", model.cls
+        )
 
 
 # ------------------------------------------------------------------------------------------
