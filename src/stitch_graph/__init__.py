@@ -2,28 +2,43 @@
 
 Build the graph with ``build_stitch_graph()`` (uncompiled, to extend or nest) or
 ``create_stitch_graph()`` (compiled); run it with ``context=StitchContext(...)``.
+
+Names import lazily: ``stitch_graph.execution`` and ``stitch_graph.runtime`` run in candidate
+workers and on GPU machines that need neither LangGraph nor LangChain.
 """
 
-from stitch_graph.artifacts import (
-    BestProgram,
-    Candidate,
-    CompileResult,
-    Feedback,
-    Plan,
-    ProfileReport,
-    RunReport,
-    Task,
-    TestResult,
-    TimingResult,
-    TodoItem,
-)
-from stitch_graph.checkpoint import artifact_serializer, memory_checkpointer, sqlite_checkpointer
-from stitch_graph.context import StitchContext
-from stitch_graph.draw import draw
-from stitch_graph.graph import build_agent_graph, build_stitch_graph, create_stitch_graph
-from stitch_graph.state import StitchInput, StitchOutput, StitchState
-from stitch_graph.subagent import as_tool
-from stitch_graph.task import TaskLoadError, load_task
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "BestProgram": "stitch_graph.artifacts",
+    "Candidate": "stitch_graph.artifacts",
+    "CompileResult": "stitch_graph.artifacts",
+    "Feedback": "stitch_graph.artifacts",
+    "Plan": "stitch_graph.artifacts",
+    "ProfileReport": "stitch_graph.artifacts",
+    "RunReport": "stitch_graph.artifacts",
+    "Task": "stitch_graph.artifacts",
+    "TestResult": "stitch_graph.artifacts",
+    "TimingResult": "stitch_graph.artifacts",
+    "TodoItem": "stitch_graph.artifacts",
+    "artifact_serializer": "stitch_graph.checkpoint",
+    "memory_checkpointer": "stitch_graph.checkpoint",
+    "sqlite_checkpointer": "stitch_graph.checkpoint",
+    "StitchContext": "stitch_graph.context",
+    "draw": "stitch_graph.drawing",
+    "build_agent_graph": "stitch_graph.graph",
+    "build_stitch_graph": "stitch_graph.graph",
+    "create_stitch_graph": "stitch_graph.graph",
+    "StitchInput": "stitch_graph.state",
+    "StitchOutput": "stitch_graph.state",
+    "StitchState": "stitch_graph.state",
+    "as_tool": "stitch_graph.subagent",
+    "TaskLoadError": "stitch_graph.task",
+    "load_task": "stitch_graph.task",
+}
 
 __all__ = [
     "BestProgram",
@@ -52,3 +67,44 @@ __all__ = [
     "memory_checkpointer",
     "sqlite_checkpointer",
 ]
+
+if TYPE_CHECKING:
+    from stitch_graph.artifacts import (
+        BestProgram,
+        Candidate,
+        CompileResult,
+        Feedback,
+        Plan,
+        ProfileReport,
+        RunReport,
+        Task,
+        TestResult,
+        TimingResult,
+        TodoItem,
+    )
+    from stitch_graph.checkpoint import (
+        artifact_serializer,
+        memory_checkpointer,
+        sqlite_checkpointer,
+    )
+    from stitch_graph.context import StitchContext
+    from stitch_graph.drawing import draw
+    from stitch_graph.graph import build_agent_graph, build_stitch_graph, create_stitch_graph
+    from stitch_graph.state import StitchInput, StitchOutput, StitchState
+    from stitch_graph.subagent import as_tool
+    from stitch_graph.task import TaskLoadError, load_task
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        msg = f"module 'stitch_graph' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -176,7 +176,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """Print or write the drawing of the graph."""
-    from stitch_graph.draw import draw
+    from stitch_graph.drawing import draw
     from stitch_graph.graph import create_stitch_graph
 
     if args.format in ("png", "svg") and not args.output:

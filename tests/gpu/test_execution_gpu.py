@@ -52,8 +52,10 @@ def executor() -> LocalGPUExecutor:
 def _verify(folder: Path, settings: RunSettings, executor: LocalGPUExecutor, **kw):
     candidate, meta = load_candidate_dir(folder)
     outcome = verify_candidate(_task(meta["problem"]), candidate, settings, executor=executor, **kw)
-    print(f"{folder.name}: {outcome.test.status} ({outcome.test.reason}); "
-          f"timing {outcome.timing.model_dump(exclude_none=True)}; {outcome.seconds:.2f} s")
+    print(
+        f"{folder.name}: {outcome.test.status} ({outcome.test.reason}); "
+        f"timing {outcome.timing.model_dump(exclude_none=True)}; {outcome.seconds:.2f} s"
+    )
     return outcome, meta
 
 
@@ -75,11 +77,16 @@ def test_cubin_from_nvcc_is_used(settings, executor):
     from stitch_graph.tools.nvcc import nvcc_compile
 
     candidate, meta = load_candidate_dir(HEALTHY)
-    compiled = nvcc_compile(candidate.kernel_source, arch=settings.gpu_arch, mode="cubin",
-                            work_dir=str(Path(settings.work_dir) / "nvcc"))
+    compiled = nvcc_compile(
+        candidate.kernel_source,
+        arch=settings.gpu_arch,
+        mode="cubin",
+        work_dir=str(Path(settings.work_dir) / "nvcc"),
+    )
     assert compiled.ok, compiled.log
-    outcome = verify_candidate(_task(meta["problem"]), candidate, settings, executor=executor,
-                               compile_result=compiled)
+    outcome = verify_candidate(
+        _task(meta["problem"]), candidate, settings, executor=executor, compile_result=compiled
+    )
     assert outcome.test.status == "passed", outcome.test.reason
 
 
@@ -117,8 +124,14 @@ def test_exported_model_runs_standalone(tmp_path, settings):
         "print(json.dumps({'ok': ok, 'max_abs': (a - b).abs().max().item()}))\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ok"]
 
@@ -139,3 +152,21 @@ def test_ncu_profiles_candidate_kernels(settings, executor):
     print(report.model_dump())
     assert report.status == "passed", report.reason
     assert any("add_relu" in k.name for k in report.kernels)
+
+
+def test_work_left_on_a_side_stream_is_caught_by_the_timer():
+    import torch
+
+    from stitch_graph.execution.timing import escaped, time_cuda
+
+    side = torch.cuda.Stream()
+
+    def on_side_stream():
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000)  # about a millisecond of GPU time
+
+    hidden = time_cuda(on_side_stream, warmup=1, runs=5)
+    assert escaped(hidden), hidden
+    honest = time_cuda(lambda: torch.cuda._sleep(2_000_000), warmup=1, runs=5)
+    assert not escaped(honest), honest
+    assert honest["median_ms"] > 0.3

@@ -36,6 +36,7 @@ from stitch_graph.execution.executor import Executor, Job, JobResult, LocalGPUEx
 from stitch_graph.execution.forms import BuiltProgram, load_model_class
 from stitch_graph.execution.reference import ReferenceData
 from stitch_graph.execution.settings import RunSettings
+from stitch_graph.execution.timing import escaped
 
 __all__ = [
     "CandidateRun",
@@ -158,17 +159,20 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
         info = []
         for value in first:
             is_tensor = isinstance(value, torch.Tensor)
-            info.append({
-                "is_tensor": is_tensor,
-                "shape": list(value.shape) if is_tensor else None,
-                "dtype": str(value.dtype) if is_tensor else type(value).__name__,
-                "aliases_input": aliases_any(value, args),
-                "unwritten": False,
-            })
+            info.append(
+                {
+                    "is_tensor": is_tensor,
+                    "shape": list(value.shape) if is_tensor else None,
+                    "dtype": str(value.dtype) if is_tensor else type(value).__name__,
+                    "aliases_input": aliases_any(value, args),
+                    "unwritten": False,
+                }
+            )
         kept = [v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for v in first]
         if cuda:
             nan_first = [
-                torch.isnan(v).cpu() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                torch.isnan(v).cpu()
+                if isinstance(v, torch.Tensor) and v.is_floating_point()
                 else None
                 for v in first
             ]
@@ -205,8 +209,12 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
                 refill(args, draws[i % len(draws)])
 
             with torch.no_grad():
-                stats = time_cuda(lambda: model(*args), warmup=int(payload["warmup_runs"]),
-                                  runs=int(payload["timing_runs"]), before_each=rotate)
+                stats = time_cuda(
+                    lambda: model(*args),
+                    warmup=int(payload["warmup_runs"]),
+                    runs=int(payload["timing_runs"]),
+                    before_each=rotate,
+                )
             result["timing"] = stats
         except Exception as exc:  # noqa: BLE001 - reported as a timing error
             from stitch_graph.execution.worker import describe_exception
@@ -288,8 +296,9 @@ def judge_candidate(
     atol, rtol = settings.atol, settings.rtol
     base = {"atol": atol, "rtol": rtol}
     device = job.result.get("device") or reference.meta.get("device", "")
-    not_timed = TimingResult(status="not_run", reason="not timed: candidate is not correct",
-                             device=device)
+    not_timed = TimingResult(
+        status="not_run", reason="not timed: candidate is not correct", device=device
+    )
     if job.status != "ok":
         test = TestResult(status="error", reason=_error_reason(job), **base)
         return CandidateRun(test, not_timed, job)
@@ -302,8 +311,9 @@ def judge_candidate(
     expected = reference.outputs()
     trial_info = job.result.get("trials", [])
     if len(produced) != len(expected) or len(trial_info) != len(expected):
-        test = TestResult(status="error", reason="candidate ran a different number of trials",
-                          **base)
+        test = TestResult(
+            status="error", reason="candidate ran a different number of trials", **base
+        )
         return CandidateRun(test, not_timed, job)
     per_output: dict[int, list[OutputCheck]] = {}
     count_reason = ""
@@ -323,10 +333,22 @@ def judge_candidate(
     if reason:
         test = TestResult(status="failed", reason=reason, trials=trials, outputs=checks, **base)
         return CandidateRun(test, not_timed, job)
-    test = TestResult(status="passed", reason=f"all outputs match on {trials} trials",
-                      trials=trials, outputs=checks, **base)
+    test = TestResult(
+        status="passed",
+        reason=f"all outputs match on {trials} trials",
+        trials=trials,
+        outputs=checks,
+        **base,
+    )
     stats = job.result.get("timing")
-    if stats:
+    if stats and escaped(stats):
+        timing = TimingResult(
+            status="failed",
+            device=device,
+            reason=f"{stats['escaped_ms']:.3f} ms of work ran outside the timed stream "
+            f"(timed {stats['median_ms']:.3f} ms): join side streams to the current stream",
+        )
+    elif stats:
         timing = TimingResult(
             status="passed",
             device=device,
@@ -336,8 +358,11 @@ def judge_candidate(
             compile_ms=reference.meta.get("compile_ms"),
         )
     elif job.result.get("timing_error"):
-        timing = TimingResult(status="error", device=device,
-                              reason=job.result["timing_error"].get("reason", "timing failed"))
+        timing = TimingResult(
+            status="error",
+            device=device,
+            reason=job.result["timing_error"].get("reason", "timing failed"),
+        )
     else:
         timing = TimingResult(status="not_run", device=device, reason="timing not requested")
     return CandidateRun(test, timing, job)
@@ -355,8 +380,9 @@ def run_candidate(
     time_it: bool = True,
 ) -> CandidateRun:
     """Run one candidate job (through ``executor``) and judge it."""
-    job = candidate_job(task_source, candidate, built, reference, settings, device=device,
-                        time_it=time_it)
+    job = candidate_job(
+        task_source, candidate, built, reference, settings, device=device, time_it=time_it
+    )
     own = executor is None
     runner = executor or LocalGPUExecutor(max_workers=1)
     try:

@@ -87,10 +87,15 @@ class JobResult(BaseModel):
 
 
 def _worker_argv(job_path: Path) -> list[str]:
-    """``python _bootstrap.py JOB``: like ``-m stitch_graph.execution.worker`` but without the
-    package's heavy top-level imports."""
-    bootstrap = Path(__file__).with_name("_bootstrap.py")
-    return [sys.executable, "-X", "faulthandler", str(bootstrap), str(job_path)]
+    """``python -m stitch_graph.execution.worker JOB`` with fault tracebacks on."""
+    return [
+        sys.executable,
+        "-X",
+        "faulthandler",
+        "-m",
+        "stitch_graph.execution.worker",
+        str(job_path),
+    ]
 
 
 def _python_path() -> str:

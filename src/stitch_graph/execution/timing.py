@@ -2,10 +2,14 @@
 
 Every timed run (candidate, eager and ``torch.compile`` alike) is measured the same way:
 ``before_each`` refills the inputs in place (so a cache keyed by pointer or content misses), a
-buffer larger than L2 is zeroed (so nothing is served from a warm cache), then the start event is
-recorded on the current stream, the function runs, the whole device is synchronised (so work left on
-side streams is inside the measurement), and the end event is recorded and read. The median of the
-runs is reported. Refill and flush are enqueued before the start event, so they are not timed.
+buffer larger than L2 is zeroed (so nothing is served from a warm cache), then events are recorded
+around the call on the current stream. The median of the runs is reported.
+
+Work a program leaves on side streams would escape those events, and synchronising the whole device
+inside the timed region would add the host's round trip (tens of microseconds, more than a small
+kernel). So the device is synchronised after the end event instead, and the gap until a third
+event is compared with the same gap for an idle device: what exceeds it is ``escaped_ms``, work
+that ran outside the timed stream. The verdict treats a large escape as a timing failure.
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["L2_FLUSH_BYTES", "TimingStats", "make_flush_buffer", "time_cuda"]
+__all__ = [
+    "L2_FLUSH_BYTES",
+    "TimingStats",
+    "escaped",
+    "idle_sync_gap_ms",
+    "make_flush_buffer",
+    "time_cuda",
+]
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -60,19 +71,22 @@ def time_cuda(
         fn()
     torch.cuda.synchronize()
     times: list[float] = []
+    gaps: list[float] = []
     stream = torch.cuda.current_stream()
     for i in range(max(1, runs)):
         if before_each is not None:
             before_each(i)
         flush.zero_()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+        start, end, tail = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record(stream)
         fn()
-        torch.cuda.synchronize()  # every stream of the device, not just the current one
         end.record(stream)
-        end.synchronize()
+        torch.cuda.synchronize()  # every stream of the device, not just the current one
+        tail.record(stream)
+        tail.synchronize()
         times.append(start.elapsed_time(end))
+        gaps.append(end.elapsed_time(tail))
+    idle = idle_sync_gap_ms(stream)
     return TimingStats(
         median_ms=statistics.median(times),
         mean_ms=statistics.fmean(times),
@@ -80,4 +94,25 @@ def time_cuda(
         max_ms=max(times),
         runs=len(times),
         times_ms=times,
+        escaped_ms=max(0.0, statistics.median(gaps) - idle),
     )
+
+
+def idle_sync_gap_ms(stream: Any, runs: int = 20) -> float:
+    """Median gap between an event and one recorded after a device sync, with nothing running."""
+    import torch
+
+    gaps = []
+    for _ in range(runs):
+        end, tail = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        end.record(stream)
+        torch.cuda.synchronize()
+        tail.record(stream)
+        tail.synchronize()
+        gaps.append(end.elapsed_time(tail))
+    return statistics.median(gaps)
+
+
+def escaped(stats: TimingStats) -> bool:
+    """Whether clearly more work ran outside the timed stream than the noise of the check."""
+    return stats.get("escaped_ms", 0.0) > max(0.05, 0.5 * stats["median_ms"])

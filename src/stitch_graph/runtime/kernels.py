@@ -103,12 +103,15 @@ class KernelLauncher:
             msg = f"kernel {self.name} takes {len(self.ctypes)} arguments, got {len(args)}"
             raise TypeError(msg)
         if self._function is None:
-            self._function = self._library.module.get_function(self.name)
+            # CuPy's driver-level function takes the stream as an argument, which saves
+            # entering and leaving a stream context on every launch
+            self._function = self._library.module.get_function(self.name).kernel
         grid = (grid,) if isinstance(grid, int) else tuple(grid)
         block = (block,) if isinstance(block, int) else tuple(block)
         converted = tuple(_convert(a, t) for a, t in zip(args, self.ctypes, strict=True))
-        with self._library.stream():
-            self._function(grid, block, converted, shared_mem=shared_mem)
+        self._function(
+            grid, block, converted, shared_mem=shared_mem, stream=self._library.stream()
+        )
 
 
 class KernelLibrary:
