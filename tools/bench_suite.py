@@ -82,7 +82,9 @@ def print_table(rows: list[dict], header: str) -> None:
     )
 
     def fmt(v, spec):
-        return format(v, spec) if isinstance(v, (int, float)) else "-"
+        if isinstance(v, (int, float)):
+            return format(v, spec)
+        return format("-", ">" + "".join(c for c in spec.split(".")[0] if c.isdigit()))
 
     for r in rows:
         print(
@@ -116,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path, help="folder of problem files (searched recursively)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
-    parser.add_argument("--only", help="only problems whose path contains this text")
+    parser.add_argument(
+        "--only", action="append", help="only problems whose path contains this text (repeatable)"
+    )
     parser.add_argument("--max-rounds", type=int, default=6)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--model", help="chat model for every agent (default: rule-based)")
     args = parser.parse_args(argv)
     paths = sorted(p for p in args.root.rglob("*.py") if not p.name.startswith("_"))
     if args.only:
-        paths = [p for p in paths if args.only in str(p)]
+        paths = [p for p in paths if any(part in str(p) for part in args.only)]
     ctx = StitchContext(
         planner_model=args.model,
         coder_model=args.model,
