@@ -932,8 +932,11 @@ def emit_candidate(
             continue
         kind, _ = node_kind(ir, node)
         body.append(_torch_line(node))
-        if kind != "view" and node.op not in declared:
-            declared.append(node.op)
+        if kind != "view":
+            # the reference op and the PyTorch call that computes it (matmul may run as bmm)
+            for name in (node.op, node.call.rsplit(".", 1)[-1]):
+                if name not in declared:
+                    declared.append(name)
     outs = [ref.name if ref.kind != "param" else _py(ref) for ref in ir.outputs]
     if ir.output_is_tuple:
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")

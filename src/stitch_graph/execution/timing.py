@@ -15,6 +15,7 @@ that ran outside the timed stream. The verdict treats a large escape as a timing
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+WARMUP_S = 0.2
 
 
 class TimingStats(dict):
@@ -65,11 +67,17 @@ def time_cuda(
     import torch
 
     flush = make_flush_buffer() if flush_buffer is None else flush_buffer
-    for i in range(max(0, warmup)):
+    # at least `warmup` calls and WARMUP_S of them, synchronised like the timed runs, so that
+    # lazy initialisation is done and the clocks have left their idle state
+    deadline = time.perf_counter() + WARMUP_S
+    i = 0
+    while i < max(0, warmup) or (time.perf_counter() < deadline and i < 10_000):
         if before_each is not None:
             before_each(i)
+        flush.zero_()
         fn()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        i += 1
     times: list[float] = []
     gaps: list[float] = []
     stream = torch.cuda.current_stream()
