@@ -11,20 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.messages import (
-    AIMessage,
     AnyMessage,
     HumanMessage,
-    RemoveMessage,
     SystemMessage,
-    ToolMessage,
 )
 from langgraph.config import get_stream_writer
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
-from stitch_graph.agents.llm import final_answer, model_label, resolve_model, structured_call
+from stitch_graph.agents.llm import model_label, resolve_model
+from stitch_graph.agents.tool_loop import agent_turn
 from stitch_graph.artifacts import AgentFailure, Candidate, Feedback, Plan, Task, TodoItem
 from stitch_graph.context import StitchContext, resolve_context
 from stitch_graph.progress import emit
@@ -115,16 +112,6 @@ def id_of(feedback: Feedback) -> str:
     return str(hash(feedback.model_dump_json()))
 
 
-def _in_tool_loop(messages: list[AnyMessage]) -> bool:
-    return bool(messages) and isinstance(messages[-1], ToolMessage)
-
-
-def _tool_calls_made(messages: list[AnyMessage]) -> int:
-    return sum(
-        len(getattr(m, "tool_calls", []) or []) for m in messages if isinstance(m, AIMessage)
-    )
-
-
 def model_candidate(
     model: Any,
     task: Task,
@@ -134,48 +121,32 @@ def model_candidate(
     ctx: StitchContext,
 ) -> dict[str, Any]:
     """One step of the model Coder: a tool call to run, or the finished program."""
-    history: list[AnyMessage] = list(state.get("coder_messages") or [])
-    reset: list[AnyMessage] = []
-    if not _in_tool_loop(history):
+
+    def start() -> list[AnyMessage]:
         request = prompts.coder_request(
             task, plan, item, previous=state.get("candidate"), feedback=_feedback_for_coder(state)
         )
-        history = [SystemMessage(content=prompts.CODER_SYSTEM), HumanMessage(content=request)]
-        reset = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]
-    if ctx.max_tool_calls > 0 and _tool_calls_made(history) < ctx.max_tool_calls:
-        try:
-            answer = model.bind_tools([*coder_tools(), CandidateDraft]).invoke(history)
-        except Exception as exc:  # a provider error ends this step, not the run
-            answer = AIMessage(content=f"(tool step skipped: {type(exc).__name__}: {exc})")
-        draft = final_answer(answer, CandidateDraft)
-        if draft is not None:
-            return _submitted(draft, item, model, reset)
-        calls = [c["name"] for c in getattr(answer, "tool_calls", None) or []]
-        if calls and CandidateDraft.__name__ not in calls:
-            return {"coder_messages": [*reset, answer], "coder_status": "tools"}
-        if answer.content:
-            history.append(AIMessage(content=answer.content))
-    draft, failure = structured_call(
+        return [SystemMessage(content=prompts.CODER_SYSTEM), HumanMessage(content=request)]
+
+    turn = agent_turn(
         model,
-        CandidateDraft,
-        history,
         agent="coder",
-        method=ctx.structured_output_method,
-        retries=ctx.model_retries,
+        history=state.get("coder_messages"),
+        start=start,
+        tools=coder_tools(),
+        schema=CandidateDraft,
+        ctx=ctx,
+        closing="program handed to the Verifier",
     )
-    if draft is None:
+    if turn.calls_tools:
+        return {"coder_messages": turn.messages, "coder_status": "tools"}
+    if turn.answer is None:
         return {
-            "coder_messages": [*reset, AIMessage(content="no program")],
-            "failures": [*state.get("failures", []), failure],
+            "coder_messages": turn.messages,
+            "failures": [*state.get("failures", []), turn.failure],
             "coder_status": "failed",
         }
-    return _submitted(draft, item, model, reset)
-
-
-def _submitted(
-    draft: CandidateDraft, item: TodoItem, model: Any, reset: list[AnyMessage]
-) -> dict[str, Any]:
-    """The state update that hands a finished program to the Verifier."""
+    draft = turn.answer
     candidate = Candidate(
         kernel_source=draft.kernel_source,
         host_source=draft.host_source,
@@ -184,12 +155,7 @@ def _submitted(
         item_id=item.id,
         author=model_label(model),
     )
-    closing = AIMessage(content="program handed to the Verifier")
-    return {
-        "coder_messages": [*reset, closing],
-        "candidate": candidate,
-        "coder_status": "submitted",
-    }
+    return {"coder_messages": turn.messages, "candidate": candidate, "coder_status": "submitted"}
 
 
 def coder_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict[str, Any]:

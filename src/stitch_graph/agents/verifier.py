@@ -13,20 +13,17 @@ import time
 from typing import Any
 
 from langchain_core.messages import (
-    AIMessage,
     AnyMessage,
     HumanMessage,
-    RemoveMessage,
     SystemMessage,
-    ToolMessage,
 )
 from langgraph.config import get_stream_writer
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
-from stitch_graph.agents.llm import final_answer, resolve_model, structured_call
+from stitch_graph.agents.llm import resolve_model
+from stitch_graph.agents.tool_loop import agent_turn
 from stitch_graph.artifacts import (
     BestProgram,
     Candidate,
@@ -191,9 +188,8 @@ def _analysis_step(
     model: Any, state: dict[str, Any], ctx: StitchContext
 ) -> tuple[dict[str, Any], AnalysisDraft | None]:
     """One step of the model's analysis: a tool call to run, or its findings."""
-    history: list[AnyMessage] = list(state.get("verifier_messages") or [])
-    reset: list[AnyMessage] = []
-    if not (history and isinstance(history[-1], ToolMessage)):
+
+    def start() -> list[AnyMessage]:
         request = prompts.verifier_request(
             state["task"],
             state["candidate"],
@@ -201,38 +197,25 @@ def _analysis_step(
             state["test_result"],
             state.get("timing"),
         )
-        history = [SystemMessage(content=prompts.VERIFIER_SYSTEM), HumanMessage(content=request)]
-        reset = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]
-    made = sum(len(getattr(m, "tool_calls", []) or []) for m in history if isinstance(m, AIMessage))
-    if made < ctx.max_tool_calls:
-        try:
-            answer = model.bind_tools([*verifier_tools(), AnalysisDraft]).invoke(history)
-        except Exception as exc:  # the analysis is optional; the checks already ran
-            answer = AIMessage(content=f"(analysis tools skipped: {type(exc).__name__}: {exc})")
-        draft = final_answer(answer, AnalysisDraft)
-        if draft is not None:
-            done = AIMessage(content="analysis done")
-            return {"verifier_messages": [*reset, done], "verifier_status": "done"}, draft
-        calls = [c["name"] for c in getattr(answer, "tool_calls", None) or []]
-        if calls and AnalysisDraft.__name__ not in calls:
-            return {"verifier_messages": [*reset, answer], "verifier_status": "tools"}, None
-        if answer.content:
-            history.append(AIMessage(content=answer.content))
-    draft, failure = structured_call(
+        return [SystemMessage(content=prompts.VERIFIER_SYSTEM), HumanMessage(content=request)]
+
+    turn = agent_turn(
         model,
-        AnalysisDraft,
-        history,
         agent="verifier",
-        method=ctx.structured_output_method,
-        retries=ctx.model_retries,
+        history=state.get("verifier_messages"),
+        start=start,
+        tools=verifier_tools(),
+        schema=AnalysisDraft,
+        ctx=ctx,
+        closing="analysis done",
     )
     update: dict[str, Any] = {
-        "verifier_messages": [*reset, AIMessage(content="analysis done")],
-        "verifier_status": "done",
+        "verifier_messages": turn.messages,
+        "verifier_status": "tools" if turn.calls_tools else "done",
     }
-    if failure is not None:
-        update["failures"] = [*state.get("failures", []), failure]
-    return update, draft
+    if turn.failure is not None:
+        update["failures"] = [*state.get("failures", []), turn.failure]
+    return update, turn.answer
 
 
 def candidate_runner(ctx: StitchContext) -> Any:
