@@ -38,7 +38,8 @@ def _model_spec(name: str | None, base_url: str | None) -> Any:
 
 def _context(args: argparse.Namespace, out: Path) -> StitchContext:
     def pick(role: str) -> Any:
-        return _model_spec(getattr(args, f"{role}_model") or args.model, args.base_url)
+        name = getattr(args, f"{role}_model") or args.model
+        return None if name == "rules" else _model_spec(name, args.base_url)
 
     return StitchContext(
         planner_model=pick("planner"),
@@ -242,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
     )
     for role in ("planner", "coder", "verifier"):
-        opt.add_argument(f"--{role}-model", help=f"chat model for the {role} only")
+        opt.add_argument(
+            f"--{role}-model", help=f"chat model for the {role} only ('rules': rule-based)"
+        )
     opt.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
     opt.add_argument(
         "--structured-method",
