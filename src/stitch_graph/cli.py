@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,8 +30,7 @@ def _model_spec(name: str | None, base_url: str | None) -> Any:
     from langchain_openai import ChatOpenAI
 
     model = name.split(":", 1)[1] if name.startswith("openai:") else name
-    import os
-
+    # local servers usually ignore the key, but the client refuses to start without one
     return ChatOpenAI(
         model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "none")
     )
