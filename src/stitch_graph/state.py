@@ -31,14 +31,15 @@ from stitch_graph.verify.hacks import HackReport
 
 
 def append_records(left: list[RoundRecord] | None, right: list[RoundRecord] | None) -> list:
-    """Append round records, ignoring any already present (keyed by round number)."""
-    left = list(left or [])
-    seen = {r.round for r in left}
+    """Append round records; a record for a round already present replaces it (keyed by round).
+
+    Keying by round keeps a parent graph's copy and a resumed run free of duplicates, and lets
+    the Verifier complete a round's record after a model analysis that went through tools.
+    """
+    merged = {r.round: r for r in left or []}
     for record in right or []:
-        if record.round not in seen:
-            left.append(record)
-            seen.add(record.round)
-    return left
+        merged[record.round] = record
+    return [merged[k] for k in sorted(merged)]
 
 
 class StitchInput(TypedDict, total=False):

@@ -229,3 +229,12 @@ def test_model_verifier_calls_its_tools_then_sends_findings_to_the_planner(
     replan_request = planner.prompts[1][-1].content
     assert "vectorise loads: use float4 (verifier)" in replan_request
     assert result["report"].best.timing.candidate_ms == 0.7
+
+
+def test_round_records_are_keyed_by_round():
+    from stitch_graph.artifacts import RoundRecord
+    from stitch_graph.state import append_records
+
+    first = [RoundRecord(round=1, summary="analysing"), RoundRecord(round=2)]
+    merged = append_records(first, [RoundRecord(round=1, summary="done"), RoundRecord(round=3)])
+    assert [(r.round, r.summary) for r in merged] == [(1, "done"), (2, ""), (3, "")]

@@ -298,7 +298,10 @@ def verifier_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dic
             extra,
             draft.summary if draft else "analysis unavailable",
         )
-        return {**update, "feedback": feedback}
+        record = state["history"][-1].model_copy(
+            update={"feedback": feedback.category, "summary": feedback.summary}
+        )
+        return {**update, "feedback": feedback, "history": [record]}
 
     started = time.time()
     rounds = state.get("rounds", 0) + 1
