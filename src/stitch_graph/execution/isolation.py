@@ -5,7 +5,8 @@ runs in a fresh process started in a session of its own. The parent never waits 
 wall-clock timeout and a resident-memory limit each kill the whole process group. ``RLIMIT_AS`` is
 not used because CUDA reserves terabytes of virtual address space; the parent instead sums the
 resident set of every process in the group from ``/proc`` a few times a second. The environment is
-scrubbed of anything that looks like a credential before the child sees it.
+scrubbed of anything that looks like a credential before the child sees it. Starting and watching
+are separate steps so a worker can be started ahead of time and watched only once it has a job.
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-__all__ = ["ProcessOutcome", "group_rss_mb", "run_isolated", "scrub_environment"]
+__all__ = [
+    "ProcessOutcome",
+    "group_rss_mb",
+    "kill_isolated",
+    "run_isolated",
+    "scrub_environment",
+    "start_isolated",
+    "watch_isolated",
+]
 
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AWS_", "HF_", "LANGSMITH_", "LANGCHAIN_")
@@ -105,47 +115,68 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run_isolated(
+def start_isolated(
     argv: Sequence[str],
     *,
     cwd: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
-    timeout_s: float = 120.0,
-    memory_limit_mb: float | None = None,
-    poll_s: float = 0.05,
-) -> ProcessOutcome:
-    """Run ``argv`` in a new session; kill its whole group on timeout or memory excess.
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    stdin: IO[bytes] | int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session (and so a process group) of its own, with a scrubbed environment.
 
     Args:
         argv: Command and arguments.
-        cwd: Working (scratch) folder; stdout and stderr are written there.
+        cwd: Working folder of the child.
         env: Environment for the child; it is scrubbed of credentials here. ``None``: ours.
-        timeout_s: Wall-clock limit, seconds.
-        memory_limit_mb: Resident-memory limit of the process group, MiB; ``None``: none.
-        poll_s: How often the child is checked.
+        stdout: Where the child's standard output goes.
+        stderr: Where the child's standard error goes.
+        stdin: The child's standard input (``subprocess.PIPE`` for a pre-started worker).
 
     Returns:
-        The outcome; the call itself never raises for anything the child does.
+        The running child; its process group id is its pid.
     """
-    folder = Path(cwd)
-    folder.mkdir(parents=True, exist_ok=True)
-    stdout_path = folder / "stdout.txt"
-    stderr_path = folder / "stderr.txt"
-    child_env = scrub_environment(os.environ if env is None else env)
-    start = time.monotonic()
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=folder,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=scrub_environment(os.environ if env is None else env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
+def watch_isolated(
+    proc: subprocess.Popen[bytes],
+    *,
+    timeout_s: float = 120.0,
+    memory_limit_mb: float | None = None,
+    poll_s: float = 0.05,
+    stdout_path: str = "",
+    stderr_path: str = "",
+    start: float | None = None,
+) -> ProcessOutcome:
+    """Wait for a child from ``start_isolated``; kill its whole group on timeout or memory excess.
+
+    Args:
+        proc: The child; its process group id must be its pid.
+        timeout_s: Wall-clock limit, seconds, counted from ``start``.
+        memory_limit_mb: Resident-memory limit of the process group, MiB; ``None``: none.
+        poll_s: How often the child is checked.
+        stdout_path: File holding the child's stdout (reported in the outcome).
+        stderr_path: File holding the child's stderr (reported in the outcome).
+        start: ``time.monotonic()`` when the child's work began; now when ``None``.
+
+    Returns:
+        The outcome; the call itself never raises for anything the child does. The group is dead
+        when it returns, grandchildren included.
+    """
+    start = time.monotonic() if start is None else start
     pgid = proc.pid
     outcome = ProcessOutcome(
-        returncode=None, seconds=0.0, stdout_path=str(stdout_path), stderr_path=str(stderr_path)
+        returncode=None, seconds=0.0, stdout_path=stdout_path, stderr_path=stderr_path
     )
     next_memory_check = start
     try:
@@ -178,3 +209,49 @@ def run_isolated(
     outcome.returncode = proc.returncode
     outcome.seconds = time.monotonic() - start
     return outcome
+
+
+def kill_isolated(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the process group of a child from ``start_isolated`` and reap the child."""
+    _kill_group(proc.pid)
+    proc.wait()
+
+
+def run_isolated(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+    memory_limit_mb: float | None = None,
+    poll_s: float = 0.05,
+) -> ProcessOutcome:
+    """Run ``argv`` in a new session; kill its whole group on timeout or memory excess.
+
+    Args:
+        argv: Command and arguments.
+        cwd: Working (scratch) folder; stdout and stderr are written there.
+        env: Environment for the child; it is scrubbed of credentials here. ``None``: ours.
+        timeout_s: Wall-clock limit, seconds.
+        memory_limit_mb: Resident-memory limit of the process group, MiB; ``None``: none.
+        poll_s: How often the child is checked.
+
+    Returns:
+        The outcome; the call itself never raises for anything the child does.
+    """
+    folder = Path(cwd)
+    folder.mkdir(parents=True, exist_ok=True)
+    stdout_path = folder / "stdout.txt"
+    stderr_path = folder / "stderr.txt"
+    start = time.monotonic()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = start_isolated(argv, cwd=folder, env=env, stdout=out, stderr=err)
+    return watch_isolated(
+        proc,
+        timeout_s=timeout_s,
+        memory_limit_mb=memory_limit_mb,
+        poll_s=poll_s,
+        stdout_path=str(stdout_path),
+        stderr_path=str(stderr_path),
+        start=start,
+    )
