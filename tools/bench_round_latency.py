@@ -9,9 +9,12 @@ For each hand-written honest candidate in ``examples/candidates`` (each names it
 * ``warm``: the median of further rounds with caches warm;
 * ``ncu``: a warm round plus an Nsight Compute profile of the candidate.
 
-It prints a table and the machine (GPU, CUDA, torch, CuPy, nvcc). Goals: median round <= 3 s without
-ncu, <= 15 s with it. Usage: ``python tools/bench_round_latency.py [--rounds 3] [--no-ncu]
-[--json OUT.json]``.
+Workers are pre-started (the executor starts the next worker, which imports torch and CuPy, while a
+job runs); ``--no-prestart`` starts every worker cold, to compare. The ``pre`` column says how many
+of the candidate's rounds had their candidate job picked up by a pre-started worker (cold round,
+then warm rounds). It prints a table and the machine (GPU, CUDA, torch, CuPy, nvcc). Goals: median
+round <= 3 s without ncu, <= 15 s with it. Usage: ``python tools/bench_round_latency.py [--rounds 3]
+[--no-ncu] [--no-prestart] [--json OUT.json]``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import time
 import types
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +66,33 @@ def _machine() -> dict[str, str]:
     return info
 
 
-def _round(task: Any, candidate: Any, settings: Any, executor: Any, *, ncu: bool) -> dict[str, Any]:
+class _Recorder:
+    """An executor that runs jobs through another and notes whether a pre-started worker took each."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.jobs: list[dict[str, Any]] = []
+
+    def submit(self, job: Any) -> Future[Any]:
+        """Run ``job`` on the inner executor, wait, record it; an already resolved future."""
+        result = self.inner.submit(job).result()
+        self.jobs.append({"kind": job.kind, "warm_start": result.warm_start,
+                          "seconds": result.seconds, "status": result.status})
+        done: Future[Any] = Future()
+        done.set_result(result)
+        return done
+
+    def shutdown(self) -> None:
+        """Shut the inner executor down (kills idle pre-started workers)."""
+        self.inner.shutdown()
+
+
+def _round(task: Any, candidate: Any, settings: Any, executor: _Recorder, *,
+           ncu: bool) -> dict[str, Any]:
     from stitch_graph.execution import profile_candidate, verify_candidate
     from stitch_graph.tools.nvcc import nvcc_compile
 
+    seen = len(executor.jobs)
     start = time.perf_counter()
     compiled = None
     if candidate.form == "nvrtc":
@@ -81,6 +108,9 @@ def _round(task: Any, candidate: Any, settings: Any, executor: Any, *, ncu: bool
         "reason": outcome.test.reason,
         "timing": outcome.timing.model_dump(),
     }
+    jobs = executor.jobs[seen:]
+    row["prestarted"] = any(j["kind"] == "candidate" and j["warm_start"] for j in jobs)
+    row["candidate_job_s"] = next((j["seconds"] for j in jobs if j["kind"] == "candidate"), None)
     if ncu:
         t = time.perf_counter()
         report = profile_candidate(task, candidate, settings, compile_result=compiled,
@@ -90,6 +120,9 @@ def _round(task: Any, candidate: Any, settings: Any, executor: Any, *, ncu: bool
         row["ncu_reason"] = report.reason[:200]
         row["bottleneck"] = report.bottleneck
         row["seconds"] = time.perf_counter() - start
+        row["jobs"] = executor.jobs[seen:]
+    else:
+        row["jobs"] = jobs
     return row
 
 
@@ -99,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", default=str(ROOT / "examples" / "candidates"))
     parser.add_argument("--rounds", type=int, default=3, help="warm rounds per candidate")
     parser.add_argument("--no-ncu", action="store_true", help="skip the rounds with ncu")
+    parser.add_argument("--no-prestart", action="store_true",
+                        help="start every worker cold (no pre-started workers)")
     parser.add_argument("--json", help="write all measurements here")
     parser.add_argument("--only", help="comma-separated candidate folder names to run")
     args = parser.parse_args(argv)
@@ -115,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="stitch-bench-"))
     settings = RunSettings(work_dir=str(work))
-    executor = LocalGPUExecutor()
+    prestart = not args.no_prestart
+    executor = _Recorder(LocalGPUExecutor(prestart=prestart))
+    print(f"workers: {'pre-started' if prestart else 'cold (--no-prestart)'}")
     rows: list[dict[str, Any]] = []
     try:
         wanted = set(args.only.split(",")) if args.only else None
@@ -136,15 +173,18 @@ def main(argv: list[str] | None = None) -> int:
             with_ncu = None if args.no_ncu else _round(task, candidate, settings, executor,
                                                        ncu=True)
             rows.append({"candidate": folder.name, "form": candidate.form, "ref_s": ref_s,
-                         "cold": cold, "warm": warm, "ncu": with_ncu})
+                         "cold": cold, "warm": warm, "ncu": with_ncu, "prestart": prestart})
             print(f"done {folder.name}: ref {ref_s:.2f} s, cold {cold['seconds']:.2f} s, warm "
-                  + ", ".join(f"{w['seconds']:.2f}" for w in warm) + " s"
-                  + (f", with ncu {with_ncu['seconds']:.2f} s" if with_ncu else ""), flush=True)
+                  + ", ".join(f"{w['seconds']:.2f}" + ("*" if w["prestarted"] else "")
+                              for w in warm) + " s"
+                  + (f", with ncu {with_ncu['seconds']:.2f} s" if with_ncu else "")
+                  + " (* candidate job on a pre-started worker)", flush=True)
     finally:
         executor.shutdown()
     _print_table(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"machine": machine, "prestart": prestart,
+                                               "rows": rows}, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     ok = all(r["cold"]["status"] == "passed" for r in rows)
     return 0 if ok else 1
@@ -156,11 +196,12 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'candidate':<24} {'form':<11} {'status':<7} {'ref s':>6} {'cold s':>7} "
-            f"{'warm s':>7} {'ncu s':>6} {'cand ms':>8} {'eager ms':>8} {'compile ms':>10} "
+            f"{'warm s':>7} {'pre':>5} {'ncu s':>6} {'cand ms':>8} {'eager ms':>8} {'compile ms':>10} "
             f"{'x eager':>7} {'x compile':>9}")
     print(head)
     print("-" * len(head))
     warm_all, cold_all, ncu_all = [], [], []
+    picked, rounds = 0, 0
     for r in rows:
         warm_s = statistics.median(w["seconds"] for w in r["warm"])
         warm_all.append(warm_s)
@@ -172,9 +213,12 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         cand, eager, comp = t.get("candidate_ms"), t.get("eager_ms"), t.get("compile_ms")
         xe = eager / cand if cand and eager else None
         xc = comp / cand if cand and comp else None
+        pre = [r["cold"], *r["warm"]]
+        n_pre = sum(bool(x.get("prestarted")) for x in pre)
+        picked, rounds = picked + n_pre, rounds + len(pre)
         print(f"{r['candidate']:<24} {r['form']:<11} {r['cold']['status']:<7} "
               f"{_fmt(r['ref_s']):>6} {_fmt(r['cold']['seconds']):>7} {_fmt(warm_s):>7} "
-              f"{_fmt(ncu_s):>6} {_fmt(cand, 4):>8} {_fmt(eager, 4):>8} {_fmt(comp, 4):>10} "
+              f"{f'{n_pre}/{len(pre)}':>5} {_fmt(ncu_s):>6} {_fmt(cand, 4):>8} {_fmt(eager, 4):>8} {_fmt(comp, 4):>10} "
               f"{_fmt(xe):>7} {_fmt(xc):>9}")
         if r["cold"]["status"] != "passed":
             print(f"    reason: {r['cold']['reason']}")
@@ -185,6 +229,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print(f"median round: cold {_fmt(med(cold_all))} s, warm {_fmt(med(warm_all))} s"
           + (f", with ncu {_fmt(med(ncu_all))} s" if ncu_all else "")
           + "  (goals: <= 3 s without ncu, <= 15 s with it)")
+    prestart = all(r.get("prestart", False) for r in rows) if rows else False
+    print(f"workers pre-started: {'yes' if prestart else 'no'}; candidate jobs picked up by a "
+          f"pre-started worker: {picked}/{rounds} rounds")
 
 
 if __name__ == "__main__":

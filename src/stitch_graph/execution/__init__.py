@@ -3,7 +3,8 @@
 Everything here exists so that a verdict can be trusted. Each candidate runs in a fresh worker
 process (own process group, timeout, memory watch, scrubbed environment, own scratch folder); the
 reference runs in another, once per task, so candidate code can never touch what it is judged
-against. Correctness is strict (fresh seeded draws, FP32 tolerances, NaN/alias/unwritten checks);
+against. The next worker is started (and imports torch) while the current job runs, so a fresh
+process per job costs little time. Correctness is strict (fresh seeded draws, FP32 tolerances, NaN/alias/unwritten checks);
 timing uses CUDA events with flushed L2 and refilled inputs, in the same run as eager and
 ``torch.compile``. Modules import torch and CuPy lazily, so this package loads without either.
 """
@@ -33,6 +34,7 @@ from stitch_graph.execution.forms import (
     prepare_program,
 )
 from stitch_graph.execution.isolation import ProcessOutcome, run_isolated, scrub_environment
+from stitch_graph.execution.prestart import WarmWorkerPool
 from stitch_graph.execution.profiling import profile_candidate, reference_timeline
 from stitch_graph.execution.reference import ReferenceData, ReferenceFailed, ensure_reference
 from stitch_graph.execution.settings import RunSettings
@@ -51,6 +53,7 @@ __all__ = [
     "ReferenceFailed",
     "RunSettings",
     "VerificationOutcome",
+    "WarmWorkerPool",
     "aliases_any",
     "arch_matches",
     "compare_output",

@@ -384,7 +384,7 @@ def run_candidate(
         task_source, candidate, built, reference, settings, device=device, time_it=time_it
     )
     own = executor is None
-    runner = executor or LocalGPUExecutor(max_workers=1)
+    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
     try:
         result = runner.submit(job).result()
     finally:

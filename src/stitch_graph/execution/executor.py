@@ -5,6 +5,10 @@ process executes (``python -m stitch_graph.execution.worker JOB.json``). Executo
 isolate; they know nothing about what a job does. ``LocalGPUExecutor`` keeps one job per visible GPU
 and pins each job to its GPU with ``CUDA_VISIBLE_DEVICES``, so timings never share a device. A
 distributed executor implements the same two methods and ships the job file instead of running it.
+
+Every job still gets a fresh process, but with ``prestart`` (the default) it need not wait for that
+process to import torch: while a job runs, the executor starts the next worker of the same GPU slot
+(``stitch_graph.execution.prestart``), and the next job with the same environment is handed to it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +29,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from stitch_graph.execution.isolation import run_isolated
+from stitch_graph.execution.isolation import ProcessOutcome, start_isolated, watch_isolated
+from stitch_graph.execution.prestart import WarmWorker, WarmWorkerPool
 
 __all__ = [
     "Executor",
@@ -32,11 +38,12 @@ __all__ = [
     "JobKind",
     "JobResult",
     "LocalGPUExecutor",
+    "job_environment",
     "run_job",
     "visible_gpus",
 ]
 
-JobKind = Literal["reference", "candidate", "timeline", "runner"]
+JobKind = Literal["reference", "candidate", "timeline", "runner", "probe"]
 JobStatus = Literal["ok", "error", "timeout", "crashed", "memory"]
 
 RESULT_FILE = "result.json"
@@ -70,7 +77,9 @@ class JobResult(BaseModel):
 
     ``status`` is ``ok`` when the worker finished and wrote a result (which may itself describe a
     Python-level failure in ``result["error"]``); otherwise the process was killed or crashed and
-    ``reason`` says how.
+    ``reason`` says how. ``seconds`` counts from the moment the worker was given the job;
+    ``warm_start`` says whether that worker was pre-started (its imports already done, or under
+    way) rather than started for the job.
     """
 
     status: JobStatus
@@ -84,6 +93,8 @@ class JobResult(BaseModel):
     stdout_path: str = ""
     scratch_dir: str = ""
     gpu: str | None = None
+    warm_start: bool = False
+    worker_pid: int | None = None
 
 
 def _worker_argv(job_path: Path) -> list[str]:
@@ -113,34 +124,114 @@ def _crash_reason(stderr: str, returncode: int | None, signal_name: str | None) 
     return f"worker crashed ({how})" + (f": {detail}" if detail else "")
 
 
-def run_job(job: Job, *, gpu: str | None = None) -> JobResult:
+def job_environment(job: Job, gpu: str | None = None) -> dict[str, str]:
+    """The environment of ``job``'s worker before scrubbing, less the scratch-folder TMPDIR.
+
+    A cold worker also gets ``TMPDIR`` set to its scratch folder unless the environment names one;
+    a pre-started worker, which cannot know its scratch folder in advance, sets it on hand-over.
+
+    Args:
+        job: The job (its ``env`` is applied over ours).
+        gpu: Value of ``CUDA_VISIBLE_DEVICES``; ``None`` keeps the parent's.
+
+    Returns:
+        The environment.
+    """
+    env = dict(os.environ)
+    env.update(job.env)
+    env["PYTHONPATH"] = _python_path()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+def _run_warm(
+    worker: WarmWorker,
+    pool: WarmWorkerPool,
+    job_path: Path,
+    env: dict[str, str],
+    watch: dict[str, Any],
+) -> ProcessOutcome | None:
+    """Hand the job to a pre-started worker, pre-start the next one, and watch it like a cold one.
+
+    The worker's first act on hand-over is to create ``stdout.txt`` and ``stderr.txt`` in the
+    scratch folder; a worker that ends without them died before it took the job (e.g. killed just
+    as it was handed over), so no part of the job ran.
+
+    Args:
+        worker: The idle worker taken from ``pool`` for this job.
+        pool: Where the next worker of the slot is started.
+        job_path: Absolute path of the job file.
+        env: The job's environment (``job_environment``), for the next worker.
+        watch: Keyword arguments of ``watch_isolated`` except ``start``.
+
+    Returns:
+        The outcome, or ``None`` when the worker never took the job: start it cold instead.
+    """
+    stdout_path, stderr_path = Path(watch["stdout_path"]), Path(watch["stderr_path"])
+    stdout_path.unlink(missing_ok=True)
+    stderr_path.unlink(missing_ok=True)
+    start = time.monotonic()
+    if not worker.hand_over(job_path):
+        worker.discard()
+        return None
+    pool.prepare(worker.slot, env)  # the next job's worker imports while this one runs
+    outcome = watch_isolated(worker.proc, start=start, **watch)
+    worker.remove_folder()
+    taken = stderr_path.exists() or outcome.timed_out or outcome.memory_exceeded
+    return outcome if taken else None
+
+
+def run_job(job: Job, *, gpu: str | None = None, warm: WarmWorkerPool | None = None) -> JobResult:
     """Run ``job`` in a fresh isolated worker process and wait for it.
 
     Args:
         job: The job.
         gpu: Value of ``CUDA_VISIBLE_DEVICES`` for the worker; ``None`` keeps the parent's.
+        warm: Pre-started workers. The job goes to the slot's idle worker when that one is alive
+            and has the job's environment (else it starts cold), and the slot's next worker is
+            started while this job runs. Jobs with a ``command_prefix`` always start cold.
 
     Returns:
         The job's result; never raises for anything the worker does.
     """
     scratch = Path(job.scratch_dir or tempfile.mkdtemp(prefix=f"stitch-{job.kind}-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    job_path = scratch / JOB_FILE
+    job_path = scratch.absolute() / JOB_FILE  # the worker runs elsewhere until it has the job
     result_path = scratch / RESULT_FILE
+    stdout_path = scratch / "stdout.txt"
+    stderr_path = scratch / "stderr.txt"
     result_path.unlink(missing_ok=True)
     job_path.write_text(job.model_dump_json())
-    env = dict(os.environ)
-    env.update(job.env)
-    env["PYTHONPATH"] = _python_path()
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.setdefault("TMPDIR", str(scratch))
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
-    argv = [*job.command_prefix, *_worker_argv(job_path)]
-    outcome = run_isolated(
-        argv, cwd=scratch, env=env, timeout_s=job.timeout_s, memory_limit_mb=job.memory_limit_mb
-    )
+    env = job_environment(job, gpu)
+    pool = warm if not job.command_prefix else None
+    watch = {
+        "timeout_s": job.timeout_s,
+        "memory_limit_mb": job.memory_limit_mb,
+        "stdout_path": str(stdout_path),
+        "stderr_path": str(stderr_path),
+    }
+    worker = pool.take(gpu, env) if pool is not None else None
+    outcome: ProcessOutcome | None = None
+    if worker is not None and pool is not None:
+        outcome = _run_warm(worker, pool, job_path, env, watch)
+        if outcome is None:
+            worker = None
+    if outcome is None:
+        cold_env = dict(env)
+        cold_env.setdefault("TMPDIR", str(scratch))
+        argv = [*job.command_prefix, *_worker_argv(job_path)]
+        start = time.monotonic()
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            proc = start_isolated(argv, cwd=scratch, env=cold_env, stdout=out, stderr=err)
+        if pool is not None:
+            pool.prepare(gpu, env)  # the next job's worker imports while this one runs
+        outcome = watch_isolated(proc, start=start, **watch)
+        pid = proc.pid
+    else:
+        pid = worker.pid if worker is not None else None
     common = {
         "returncode": outcome.returncode,
         "seconds": outcome.seconds,
@@ -150,6 +241,8 @@ def run_job(job: Job, *, gpu: str | None = None) -> JobResult:
         "stdout_path": outcome.stdout_path,
         "scratch_dir": str(scratch),
         "gpu": gpu,
+        "warm_start": worker is not None,
+        "worker_pid": pid,
     }
     if outcome.timed_out:
         reason = f"timeout: worker ran past {job.timeout_s:g} s and was killed (hang?)"
@@ -211,9 +304,18 @@ class LocalGPUExecutor:
         max_workers: Concurrent jobs; defaults to the number of visible GPUs (at least one).
         gpus: GPU ids to use; defaults to ``visible_gpus()``. With none, jobs keep the parent's
             ``CUDA_VISIBLE_DEVICES`` and run one at a time.
+        prestart: While a job runs, start the next worker of its GPU slot so the next job skips
+            the imports (still one fresh process per job). Off for one-off executors, where the
+            extra process would only be killed again.
     """
 
-    def __init__(self, max_workers: int | None = None, *, gpus: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        gpus: list[str] | None = None,
+        prestart: bool = True,
+    ) -> None:
         self.gpus = list(gpus) if gpus is not None else visible_gpus()
         slots = self.gpus or [None]
         if max_workers is not None:
@@ -225,6 +327,7 @@ class LocalGPUExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self.instance = uuid.uuid4().hex[:8]
+        self.warm: WarmWorkerPool | None = WarmWorkerPool() if prestart else None
 
     def submit(self, job: Job) -> Future[JobResult]:
         """Queue ``job``; it runs when a GPU is free."""
@@ -237,15 +340,17 @@ class LocalGPUExecutor:
     def _run(self, job: Job) -> JobResult:
         gpu = self._free.get()
         try:
-            return run_job(job, gpu=gpu)
+            return run_job(job, gpu=gpu, warm=self.warm)
         finally:
             self._free.put(gpu)
 
     def shutdown(self) -> None:
-        """Wait for queued jobs and stop."""
+        """Wait for queued jobs, kill the idle pre-started workers and stop."""
         with self._lock:
             self._closed = True
         self._pool.shutdown(wait=True)
+        if self.warm is not None:
+            self.warm.close()
 
     def __enter__(self) -> LocalGPUExecutor:
         return self

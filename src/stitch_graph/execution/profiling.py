@@ -147,7 +147,7 @@ def _descendants(evt: Any) -> list[Any]:
 
 def _submit(job: Job, executor: Executor | None) -> Any:
     own = executor is None
-    runner = executor or LocalGPUExecutor(max_workers=1)
+    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
     try:
         return runner.submit(job).result()
     finally:

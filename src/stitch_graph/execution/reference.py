@@ -254,7 +254,7 @@ def ensure_reference(
             env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
         )
         own = executor is None
-        runner = executor or LocalGPUExecutor(max_workers=1)
+        runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
         try:
             result = runner.submit(job).result()
         finally:

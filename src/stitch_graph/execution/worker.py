@@ -5,19 +5,41 @@ process and never reaches the parent. The worker reads the job, runs the handler
 ``result.json`` next to the job file, and leaves with ``os._exit`` (a CUDA context broken by an
 illegal access can hang ordinary interpreter teardown). Python-level failures become a structured
 ``{"error": {...}}`` result; anything worse is diagnosed by the parent from the exit status.
+
+``python -m stitch_graph.execution.worker --prestarted`` is the same worker started ahead of its
+job (see ``stitch_graph.execution.prestart``): it imports what jobs need without creating a CUDA
+context, writes a ``ready`` marker into its folder, and reads one line from stdin, the job file's
+path. It then takes on what a cold worker of that job would have had -- working directory, TMPDIR,
+``sys.path[0]``, stdout and stderr in the scratch folder, stdin from ``/dev/null`` -- and runs the
+job exactly like a cold worker. End-of-file instead of a path (the parent went away) exits quietly.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["describe_exception", "main"]
+from stitch_graph.execution.prestart import READY_FILE
+
+__all__ = ["PRELOAD", "describe_exception", "main", "run_probe_job"]
+
+PRELOAD = (
+    "numpy",
+    "torch",
+    "cupy",
+    "stitch_graph.execution.candidate",
+    "stitch_graph.execution.reference",
+    "stitch_graph.execution.profiling",
+)
+"""Modules a pre-started worker imports while it waits; none of them initialises CUDA."""
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
@@ -46,6 +68,29 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def run_probe_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``probe`` jobs: import torch and describe the process, nothing else.
+
+    Used to check a worker's start-up (how long importing torch took here, whether CUDA was already
+    initialised, where it runs); ``payload`` is ignored.
+    """
+    start = time.perf_counter()
+    import torch
+
+    import_s = time.perf_counter() - start
+    return {
+        "import_s": import_s,
+        "torch": torch.__version__,
+        "cuda_initialized": bool(torch.cuda.is_initialized()),
+        "pid": os.getpid(),
+        "cwd": os.getcwd(),
+        "tmpdir": tempfile.gettempdir(),
+        "sys_path0": sys.path[0] if sys.path else "",
+        "env_names": sorted(os.environ),
+        "scratch": str(scratch),
+    }
+
+
 def _handler(kind: str) -> Callable[[dict[str, Any], Path], dict[str, Any]]:
     if kind == "reference":
         from stitch_graph.execution.reference import run_reference_job
@@ -63,6 +108,8 @@ def _handler(kind: str) -> Callable[[dict[str, Any], Path], dict[str, Any]]:
         from stitch_graph.execution.profiling import run_runner_job
 
         return run_runner_job
+    if kind == "probe":
+        return run_probe_job
     msg = f"unknown job kind {kind!r}"
     raise ValueError(msg)
 
@@ -73,19 +120,88 @@ def _write_result(path: Path, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _preload() -> None:
+    """Import ``PRELOAD``; a module that fails is left for the job to meet in its own words."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. no CuPy on this machine
+            pass
+
+
+def _await_job() -> Path | None:
+    """Preload, say ready, wait for the job file's path on stdin and adopt its scratch folder.
+
+    Returns:
+        The job file, or ``None`` on end-of-file (no job will come).
+    """
+    home = Path.cwd()
+    _preload()
+    try:
+        (home / READY_FILE).write_text(str(os.getpid()))
+    except OSError:
+        pass
+    line = sys.stdin.readline().strip()
+    if not line:
+        return None
+    job_path = Path(line).resolve()
+    _adopt(job_path.parent, home)
+    return job_path
+
+
+def _adopt(scratch: Path, home: Path) -> None:
+    """Make this process look like a cold worker started in ``scratch``.
+
+    Args:
+        scratch: The job's scratch folder.
+        home: The folder the worker was started in (its logs while idle).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        target = scratch / name
+        try:
+            earlier = (home / name).read_bytes()  # e.g. warnings printed while importing
+        except OSError:
+            earlier = b""
+        target.write_bytes(earlier)
+        new = os.open(target, os.O_WRONLY | os.O_APPEND)
+        os.dup2(new, fd)
+        os.close(new)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(scratch)
+    if sys.path and sys.path[0] == str(home):
+        sys.path[0] = str(scratch)
+    if "TMPDIR" not in os.environ:  # a cold worker gets its scratch folder as TMPDIR
+        os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # forget a temp dir looked up while importing
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the job file named in ``argv`` and write its result; returns the exit status."""
+    """Run the job file named in ``argv`` and write its result; returns the exit status.
+
+    ``--prestarted`` instead of a job file: preload, then wait for the job file's path on stdin.
+    """
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m stitch_graph.execution.worker JOB.json", file=sys.stderr)
-        return 2
-    job_path = Path(args[0]).resolve()
     try:
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files from crashing kernels
     except (ImportError, ValueError, OSError):
         pass
+    if len(args) != 1:
+        print("usage: python -m stitch_graph.execution.worker JOB.json | --prestarted",
+              file=sys.stderr)
+        return 2
+    if args[0] == "--prestarted":
+        waited = _await_job()
+        if waited is None:
+            return 0
+        job_path = waited
+    else:
+        job_path = Path(args[0]).resolve()
     job = json.loads(job_path.read_text())
     scratch = job_path.parent
     try:
