@@ -33,8 +33,13 @@ def test_export_parses_defines_modelnew_and_needs_no_stitch_graph(monkeypatch):
         for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module)])
     }
     assert "stitch_graph" not in imported and {"torch", "cupy"} <= imported
-    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                if isinstance(t, ast.Name)}
+    assigned = {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     assert "ModelNew" in assigned
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
     namespace: dict = {}
@@ -58,14 +63,16 @@ def test_load_model_class_injects_globals(tmp_path):
         "    def forward(self, x):\n"
         "        return x\n"
     )
-    cls = load_model_class(Candidate(kernel_source="", host_source=host), tmp_path, None,
-                           device="cpu")
+    cls = load_model_class(
+        Candidate(kernel_source="", host_source=host), tmp_path, None, device="cpu"
+    )
     assert cls.__name__ == "ModelNew"
     with pytest.raises(RuntimeError, match="without a GPU"):
         cls.kernels.anything  # noqa: B018
     with pytest.raises(TypeError, match="no class `ModelNew`"):
-        load_model_class(Candidate(kernel_source="", host_source="x = 1"), tmp_path, None,
-                         device="cpu")
+        load_model_class(
+            Candidate(kernel_source="", host_source="x = 1"), tmp_path, None, device="cpu"
+        )
 
 
 def test_arch_matches():

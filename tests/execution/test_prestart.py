@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cpu_programs import HONEST, HOST, PROBLEM
 
 from stitch_graph.artifacts import Candidate, Task
 from stitch_graph.execution import Job, JobResult, LocalGPUExecutor, RunSettings, run_job
@@ -19,43 +20,6 @@ from stitch_graph.execution.candidate import candidate_job, judge_candidate
 from stitch_graph.execution.executor import job_environment
 from stitch_graph.execution.verify import prepare_for_run
 
-PROBLEM = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-def get_inputs():
-    return [torch.randn(8, 16)]
-
-
-def get_init_inputs():
-    return [16]
-"""
-
-HOST = """
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-{body}
-"""
-
-HONEST = "        return torch.relu(self.lin(x))"
 DUMP_ENV = (
     "        import json, os\n"
     "        json.dump(dict(os.environ), open(os.path.join(os.getcwd(), 'env.json'), 'w'))\n"
@@ -178,8 +142,9 @@ def test_interpreter_exit_leaves_no_idle_worker(tmp_path):
         "executor.submit(Job(kind='probe', timeout_s=60)).result()\n"
         "print(executor.warm.idle_pids()[None], flush=True)\n"
     )  # no shutdown: the idle worker is still importing when the interpreter exits
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert not _alive(int(done.stdout.strip()))
 
@@ -204,8 +169,9 @@ def _candidate_job(task: Task, body: str, settings: RunSettings, scratch: Path):
     prepared = prepare_for_run(task, candidate, settings, device="cpu")
     assert not isinstance(prepared, str), prepared
     built, reference = prepared
-    job = candidate_job(task.source, candidate, built, reference, settings, device="cpu",
-                        scratch_dir=str(scratch))
+    job = candidate_job(
+        task.source, candidate, built, reference, settings, device="cpu", scratch_dir=str(scratch)
+    )
     return job, reference
 
 
@@ -240,8 +206,10 @@ def test_prestarted_candidate_matches_cold(
     assert warm.test.reason == cold.test.reason
     assert warm.job.status == cold.job.status
     if body.startswith(DUMP_ENV):
-        seen = {name: json.loads((tmp_path / name / "env.json").read_text())
-                for name in ("cold", "warm")}
+        seen = {
+            name: json.loads((tmp_path / name / "env.json").read_text())
+            for name in ("cold", "warm")
+        }
         assert "OPENAI_API_KEY" not in seen["cold"] and "OPENAI_API_KEY" not in seen["warm"]
         assert sorted(seen["cold"]) == sorted(seen["warm"])
         assert seen["warm"]["TMPDIR"] == str(tmp_path / "warm")

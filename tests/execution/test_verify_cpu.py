@@ -5,47 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from cpu_programs import HONEST, HOST, PROBLEM
 
 from stitch_graph.artifacts import Candidate, Task
 from stitch_graph.execution import LocalGPUExecutor, RunSettings, verify_candidate
-
-PROBLEM = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-def get_inputs():
-    return [torch.randn(8, 16)]
-
-
-def get_init_inputs():
-    return [16]
-"""
-
-HOST = """
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-{body}
-"""
-
-HONEST = "        return torch.relu(self.lin(x))"
 
 
 def _host(body: str) -> Candidate:
@@ -65,8 +28,7 @@ def test_honest_host_code_passes_and_sees_no_secrets(env, tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key")
     dump = tmp_path / "env.json"
     body = (
-        "        import json, os\n"
-        f"        json.dump(dict(os.environ), open({str(dump)!r}, 'w'))\n"
+        f"        import json, os\n        json.dump(dict(os.environ), open({str(dump)!r}, 'w'))\n"
     )
     outcome = verify_candidate(task, _host(body + HONEST), settings, executor=pool, device="cpu")
     assert outcome.test.status == "passed", outcome.test.reason
