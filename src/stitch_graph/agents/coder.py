@@ -72,11 +72,40 @@ def rule_candidate(
     return candidate, memory
 
 
+def plan_the_generator_follows(task: Task, plan: Plan) -> Plan:
+    """``plan`` if the generator can follow it, else the generator's own schedule.
+
+    A model Planner may name ops in words the rule-based generator cannot map onto the captured
+    program; the Coder then works from its own fusion schedule instead of failing every item.
+    """
+    from stitch_graph.agents.program_cache import program_ir
+    from stitch_graph.codegen import groups_from_plan, plan_program
+
+    ir = program_ir(task)
+    try:
+        groups_from_plan(ir, plan)
+        return plan
+    except ValueError:
+        own = plan_program(ir)
+    return own.model_copy(
+        update={
+            "summary": f"{own.summary} (rule-based schedule: the plan by {plan.author} names ops "
+            "the generator cannot map)",
+            "revision": plan.revision,
+            "hotspots": plan.hotspots,
+        }
+    )
+
+
 def rule_step(
     task: Task, plan: Plan, item: TodoItem, state: dict[str, Any], writer: Any
 ) -> dict[str, Any]:
     """One rule-based step; an item the generator cannot change is given up, not retried."""
     failures = list(state.get("failures", []))
+    followed = plan_the_generator_follows(task, plan)
+    if followed is not plan:
+        emit(writer, "coder", "using the generator's own schedule", items=len(followed.items))
+        plan, item = followed, followed.next_pending()
     while item is not None:
         try:
             candidate, memory = rule_candidate(task, plan, item, state)

@@ -117,6 +117,17 @@ def revise_plan(plan: Plan, feedback: Feedback | None) -> Plan:
     )
 
 
+def graph_ops(task: Task) -> list[str] | None:
+    """The reference's captured ops as ``name = op(shape)`` lines, or None if it cannot be traced."""
+    from stitch_graph.agents.program_cache import program_ir
+
+    try:
+        ir = program_ir(task)
+    except Exception:  # a model Planner can still plan from the source alone
+        return None
+    return [f"{n.name} = {n.op}{list(n.shape)}" for n in ir.nodes]
+
+
 def _reference_profile(task: Task, ctx: StitchContext) -> ProfileReport:
     """Time the reference op by op where a GPU is present; say why not otherwise."""
     try:
@@ -167,7 +178,7 @@ def planner_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict
             return {**update, "failures": [*state.get("failures", []), failure]}
     else:
         request = prompts.planner_request(
-            task, previous=previous, feedback=feedback, profile=profile
+            task, previous=previous, feedback=feedback, profile=profile, graph_ops=graph_ops(task)
         )
         draft, failure = structured_call(
             model,

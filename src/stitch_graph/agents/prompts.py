@@ -92,9 +92,16 @@ def planner_request(
     previous: Plan | None,
     feedback: Feedback | None,
     profile: ProfileReport | None,
+    graph_ops: list[str] | None = None,
 ) -> str:
     """The Planner's user message."""
     parts = [describe_task(task)]
+    if graph_ops:
+        parts.append(
+            "The reference as a graph of ops (name = op(shape)); name ops in your items by these "
+            "names so any Coder, the rule-based one included, can follow the plan:\n"
+            + "\n".join(graph_ops)
+        )
     if profile is not None and profile.hotspots:
         parts.append(
             "Reference timeline hotspots:\n" + _json([h.model_dump() for h in profile.hotspots])

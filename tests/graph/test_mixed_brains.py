@@ -1,0 +1,49 @@
+"""Rule-based and model-driven agents mixed in one run."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import ScriptedChatModel, ScriptedExecutor, call, passed
+from test_routing import PROBLEM, program
+
+from stitch_graph import StitchContext, create_stitch_graph, load_task
+from stitch_graph.tools.nvcc import find_nvcc
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
+
+
+def run(planner, coder):
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        use_knowledge=False,
+        max_tool_calls=0,
+        executor=ScriptedExecutor([passed()]),
+    )
+    return create_stitch_graph().invoke({"task": load_task(PROBLEM, name="add_relu")}, context=ctx)
+
+
+def test_rule_planner_with_a_model_coder():
+    coder = ScriptedChatModel(script=[program()])
+    result = run(None, coder)
+    assert result["report"].outcome == "verified"
+    request = coder.prompts[0][-1].content
+    assert '"author": "rules"' in request and "k0_add_relu" in request
+
+
+def test_model_planner_with_the_rule_coder_following_graph_names():
+    plan = call("PlanDraft", summary="fuse", items=[{"kernel": "fused", "ops": ["add", "relu"]}])
+    planner = ScriptedChatModel(script=[plan])
+    result = run(planner, None)
+    assert result["report"].outcome == "verified"
+    assert "add = add[1024, 1024]" in planner.prompts[0][-1].content
+    assert 'extern "C" __global__' in result["report"].best.candidate.kernel_source
+    assert result["report"].details["items"] == {"k1": "done"}
+
+
+def test_rule_coder_uses_its_own_schedule_when_the_plan_names_unknown_ops():
+    plan = call("PlanDraft", summary="fuse", items=[{"kernel": "fused", "ops": ["x plus y, relu"]}])
+    result = run(ScriptedChatModel(script=[plan]), None)
+    report = result["report"]
+    assert report.outcome == "verified"
+    assert list(report.details["items"]) == ["k0"], "the generator's own item ids"
