@@ -238,3 +238,22 @@ def test_round_records_are_keyed_by_round():
     first = [RoundRecord(round=1, summary="analysing"), RoundRecord(round=2)]
     merged = append_records(first, [RoundRecord(round=1, summary="done"), RoundRecord(round=3)])
     assert [(r.round, r.summary) for r in merged] == [(1, "done"), (2, ""), (3, "")]
+
+
+def test_a_reference_that_fails_on_the_gpu_ends_the_run_with_a_clear_reason(task):
+    from stitch_graph.artifacts import TestResult, TimingResult
+    from stitch_graph.execution import VerificationOutcome
+
+    broken = VerificationOutcome(
+        test=TestResult(status="error", reason="reference failed: RuntimeError: CUDA error"),
+        timing=TimingResult(status="not_run"),
+        seconds=0.1,
+    )
+    planner = ScriptedChatModel(script=[plan_answer()])
+    coder = ScriptedChatModel(script=[program()])
+    result, _ = run(
+        task, planner=planner, coder=coder, executor=ScriptedExecutor([broken]), max_tool_calls=0
+    )
+    report = result["report"]
+    assert report.rounds == 1, "no retries against a broken reference"
+    assert "reference failed: RuntimeError: CUDA error" in report.summary

@@ -54,6 +54,12 @@ def build_report(state: dict[str, Any]) -> RunReport:
         return RunReport(
             task=name, outcome=outcome, rounds=rounds, best=best, summary=summary, details=details
         )
+    verifier_failures = [f for f in failures if f.agent == "verifier"]
+    if verifier_failures:
+        summary = f"{name}: no program could be judged: {verifier_failures[-1].reason}"
+        return RunReport(
+            task=name, outcome="failed", rounds=rounds, summary=summary, details=details
+        )
     if state.get("last_compiled") is not None:
         test = state.get("test_result")
         reason = test.reason if test is not None and test.status == "not_run" else "not verified"

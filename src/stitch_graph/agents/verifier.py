@@ -25,6 +25,7 @@ from stitch_graph.agents import prompts
 from stitch_graph.agents.llm import resolve_model
 from stitch_graph.agents.tool_loop import agent_turn
 from stitch_graph.artifacts import (
+    AgentFailure,
     BestProgram,
     Candidate,
     CompileResult,
@@ -40,6 +41,8 @@ from stitch_graph.artifacts import (
 from stitch_graph.context import StitchContext, resolve_context
 from stitch_graph.progress import emit
 from stitch_graph.tools.agent_tools import verifier_tools
+
+REFERENCE_FAILED = "reference failed"
 
 
 class AnalysisDraft(BaseModel):
@@ -350,6 +353,13 @@ def verifier_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dic
                 record.speedup_vs_compile = timing.speedup_vs_compile
             if test.status in ("failed", "error"):
                 feedback = test_feedback(test)
+            if test.status == "error" and test.reason.startswith(REFERENCE_FAILED):
+                # no program can be judged against a reference that does not run: stop here
+                failure = AgentFailure(agent="verifier", reason=test.reason)
+                update["failures"] = [*state.get("failures", []), failure]
+                feedback = Feedback(
+                    target="finalize", category="runtime_error", summary=test.reason
+                )
 
     if feedback is not None:
         plan, feedback, attempts = _after_failure(plan, item_id, attempts, feedback, ctx)
