@@ -257,3 +257,24 @@ def test_a_reference_that_fails_on_the_gpu_ends_the_run_with_a_clear_reason(task
     report = result["report"]
     assert report.rounds == 1, "no retries against a broken reference"
     assert "reference failed: RuntimeError: CUDA error" in report.summary
+
+
+def test_compile_errors_come_back_with_knowledge_advice(task, monkeypatch, tmp_path):
+    from stitch_graph.knowledge import reset_default_index
+
+    monkeypatch.setenv("STITCH_EMBEDDER", "hashing")  # the weight-free embedder keeps this quick
+    monkeypatch.setenv("STITCH_CACHE_DIR", str(tmp_path))
+    reset_default_index()
+    planner = ScriptedChatModel(script=[plan_answer()])
+    coder = ScriptedChatModel(script=[program(BROKEN_KERNEL), program()])
+    ctx = StitchContext(
+        planner_model=planner,
+        coder_model=coder,
+        max_tool_calls=0,
+        executor=ScriptedExecutor([passed()]),
+    )
+    result = create_stitch_graph().invoke({"task": task}, context=ctx)
+    reset_default_index()
+    assert result["report"].outcome == "verified"
+    fix_request = coder.prompts[1][-1].content
+    assert "(nvcc)" in fix_request and "(knowledge:" in fix_request
