@@ -16,13 +16,13 @@ import csv
 import glob
 import os
 import re
-import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stitch_graph.artifacts import Bottleneck, KernelMetrics, ProfileReport
+from stitch_graph.tools.locate import find_cuda_tool
 
 __all__ = [
     "BOUND_PCT",
@@ -83,24 +83,8 @@ def find_ncu() -> str | None:
     Returns:
         The path of an executable ncu, or ``None``.
     """
-    explicit = os.environ.get("STITCH_NCU")
-    if explicit:
-        return explicit if _is_executable(explicit) else None
-    on_path = shutil.which("ncu")
-    if on_path:
-        return on_path
-    candidates = []
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        candidates.append(os.path.join(cuda_home, "bin", "ncu"))
-    candidates.append(os.path.join(os.sep, "usr", "local", "cuda", "bin", "ncu"))
     pattern = os.path.join(os.sep, "opt", "nvidia", "nsight-compute", "*", "ncu")
-    candidates += sorted(glob.glob(pattern), key=_version_key, reverse=True)
-    return next((c for c in candidates if _is_executable(c)), None)
-
-
-def _is_executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    return find_cuda_tool("ncu", extra=sorted(glob.glob(pattern), key=_version_key, reverse=True))
 
 
 def _version_key(path: str) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from stitch_graph.artifacts import CompileResult, Diagnostic, KernelResources
+from stitch_graph.tools.locate import find_cuda_tool
 
 __all__ = [
     "HOST_FILE",
@@ -68,22 +69,7 @@ def find_nvcc() -> str | None:
     Returns:
         The path of an executable nvcc, or ``None`` when there is none.
     """
-    explicit = os.environ.get("STITCH_NVCC")
-    if explicit:
-        return explicit if _is_executable(explicit) else None
-    on_path = shutil.which("nvcc")
-    if on_path:
-        return on_path
-    candidates = []
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        candidates.append(os.path.join(cuda_home, "bin", "nvcc"))
-    candidates.append(os.path.join(os.sep, "usr", "local", "cuda", "bin", "nvcc"))
-    return next((c for c in candidates if _is_executable(c)), None)
-
-
-def _is_executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    return find_cuda_tool("nvcc")
 
 
 def nvcc_version(nvcc: str | None = None) -> str | None:
