@@ -269,6 +269,18 @@ class _Emitter:
         ]
 
     # ---- reductions ----------------------------------------------------------------------------
+    def _add_kernel(
+        self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode
+    ) -> list[str]:
+        """Keep a kernel's source; return the host lines that allocate its output and launch it."""
+        self.kernels.append("\n".join(src_lines))
+        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
+        return [
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+            f"KERNELS.{kernel}({grid}, {block}, {py_args})",
+        ]
+
     def reduction(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -389,13 +401,7 @@ class _Emitter:
             "  }",
             "}",
         ]
-        self.kernels.append("\n".join(src_lines))
-        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
-        return [
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
-            f"KERNELS.{kernel}({grid}, {block}, {py_args})",
-        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
     def _split_reduction(
         self,
@@ -592,12 +598,7 @@ class _Emitter:
             "  }",
             "}",
         ]
-        self.kernels.append("\n".join(src_lines))
-        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
-        return [
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, dtype=torch.float32)",
-            f"KERNELS.{kernel}({grid}, {block}, {py_args})",
-        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
     # ---- convolution ---------------------------------------------------------------------------
     def conv(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
@@ -674,13 +675,8 @@ class _Emitter:
             "  }",
             "}",
         ]
-        self.kernels.append("\n".join(src_lines))
         grid = max(1, min(math.ceil(total / block), _MAX_GRID * 4))
-        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
-        return [
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, dtype=torch.float32)",
-            f"KERNELS.{kernel}({grid}, {block}, {py_args})",
-        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
     # ---- GEMM ----------------------------------------------------------------------------------
     def gemm(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
