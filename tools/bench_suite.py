@@ -67,6 +67,17 @@ def run_one(path: Path, ctx: StitchContext) -> dict:
     return row
 
 
+def kept_rows(out: Path, current_machine: str) -> list[dict]:
+    """Rows of an earlier run written to ``out`` on this same machine (else none)."""
+    if not out.exists():
+        return []
+    earlier = json.loads(out.read_text())
+    if earlier.get("machine") != current_machine:
+        print(f"not keeping {out}: it was measured on {earlier.get('machine')}", file=sys.stderr)
+        return []
+    return [r for r in earlier.get("rows", []) if r.get("outcome") != "error"]
+
+
 def geomean(values: list[float]) -> float | None:
     """Geometric mean of positive values (None when there are none)."""
     values = [v for v in values if v and v > 0]
@@ -124,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rounds", type=int, default=6)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--model", help="chat model for every agent (default: rule-based)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the rows already in --out (same machine) and run only the missing problems",
+    )
     args = parser.parse_args(argv)
     paths = sorted(p for p in args.root.rglob("*.py") if not p.name.startswith("_"))
     if args.only:
@@ -135,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         max_rounds=args.max_rounds,
         profile=not args.no_profile,
     )
-    rows = []
+    rows = kept_rows(args.out, machine()) if args.keep and args.out else []
+    done = {r["problem"] for r in rows}
+    paths = [p for p in paths if str(p) not in done]
     for path in paths:
         row = run_one(path, ctx)
         rows.append(row)
