@@ -218,3 +218,60 @@ def test_resume_of_a_finished_run(finished_run):
     assert code == 0, stdout + stderr
     assert "already finished" in flat(stderr)
     assert (out / "log.jsonl").read_text() == before, "a finished run must not run again"
+
+
+def test_a_killed_run_resumes_from_its_last_completed_step(tmp_path):
+    """Kill the CLI mid-run (SIGKILL), then --resume: the plan is not made again."""
+    import json
+    import signal
+    import time
+
+    reason = _not_ready()
+    if reason:
+        pytest.skip(reason)
+
+    problem = Path(__file__).resolve().parents[1] / "problems/models/05_swiglu_block.py"
+    out = tmp_path / "runs" / "killed"
+    command = [
+        sys.executable,
+        "-m",
+        "stitch_graph.cli",
+        "optimize",
+        str(problem),
+        "--out",
+        str(out),
+        "--no-profile",
+        "--no-knowledge",
+        "--quiet",
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log = out / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if log.exists() and '"event": "verdict"' in log.read_text():
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "report.json").exists()
+
+    resumed = subprocess.run(
+        [*command[:3], "optimize", "--resume", str(out), "--quiet"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    events = [json.loads(line) for line in log.read_text().splitlines() if '"agent"' in line]
+    assert sum(e["event"] == "plan ready" for e in events) == 1, "the plan was made once"
+    report = json.loads((out / "report.json").read_text())
+    assert report["outcome"] == "compiled_only"
+    assert set(report["details"]["items"].values()) == {"done"}
