@@ -16,13 +16,12 @@ import csv
 import glob
 import os
 import re
-import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stitch_graph.artifacts import Bottleneck, KernelMetrics, ProfileReport
 from stitch_graph.tools.locate import find_cuda_tool
+from stitch_graph.tools.process import run_tool
 
 __all__ = [
     "BOUND_PCT",
@@ -215,29 +214,11 @@ def ncu_profile(
     except ValueError as exc:
         return ProfileReport(status="error", source="ncu", reason=str(exc))
 
-    run_env = dict(os.environ)
-    run_env.update(env or {})
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=run_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # a timeout must also stop the profiled program
-        )
-    except OSError as exc:
-        return ProfileReport(status="error", source="ncu", reason=f"could not start ncu: {exc}")
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        proc.communicate()
+    run = run_tool(cmd, cwd=cwd, env={**os.environ, **(env or {})}, timeout_s=timeout_s)
+    if run.start_error is not None:
+        reason = f"could not start ncu: {run.start_error}"
+        return ProfileReport(status="error", source="ncu", reason=reason)
+    if run.timed_out:
         return ProfileReport(
             status="error",
             source="ncu",
@@ -246,7 +227,7 @@ def ncu_profile(
                 "(kernel_filter, launch_count) or fewer sections, or raise timeout_s"
             ),
         )
-    return _report_from_output(proc.returncode, stdout, stderr)
+    return _report_from_output(run.returncode, run.stdout, run.stderr)
 
 
 def _report_from_output(returncode: int, stdout: str, stderr: str) -> ProfileReport:

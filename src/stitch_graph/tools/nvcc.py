@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Literal
 
 from stitch_graph.artifacts import CompileResult, Diagnostic, KernelResources
 from stitch_graph.tools.locate import find_cuda_tool
+from stitch_graph.tools.process import run_tool
 
 __all__ = [
     "HOST_FILE",
@@ -288,33 +288,16 @@ def _build_key(
 def _run(command: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str, str | None]:
     """Run nvcc; return (exit status, merged output, problem that is not a compiler message)."""
     env = dict(os.environ, LC_ALL="C", LANG="C")  # plain ASCII quotes from gcc
-    try:
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # so a timeout can stop cicc/ptxas/gcc as well
-        )
-    except OSError as exc:
-        return None, "", f"could not start nvcc ({exc}). {_INSTALL_HINT}"
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        out, _ = proc.communicate()
+    run = run_tool(command, cwd=cwd, env=env, timeout_s=timeout_s, merge_stderr=True)
+    if run.start_error is not None:
+        return None, "", f"could not start nvcc ({run.start_error}). {_INSTALL_HINT}"
+    if run.timed_out:
         problem = (
             f"nvcc timed out after {timeout_s:g} s. The kernel may be too expensive to compile "
             "(deep unrolling, huge templates or local arrays); simplify it or raise timeout_s."
         )
-        return proc.returncode, out or "", problem
-    return proc.returncode, out or "", None
+        return run.returncode, run.stdout, problem
+    return run.returncode, run.stdout, None
 
 
 def _sanitize(log: str, folders: Iterable[Path]) -> str:
