@@ -5,7 +5,14 @@ For each problem: capture, plan, emit, build the kernels with NVRTC (``KernelLib
 1e-4, TF32 off on both sides), then time eager, the candidate and torch.compile (median of 20
 CUDA-event timings). Prints one line per problem and the geometric means.
 
-Usage: ``PYTHONPATH=src python tools/check_codegen_gpu.py [problems_dir] [--compile-budget S]``
+With ``--methods`` each of eager, candidate and torch.compile is also timed four ways, to tell
+device time from host overhead: ``harness`` (the Verifier's ``time_cuda``: L2 flushed, inputs
+refilled), ``events`` (events around one call, nothing flushed), ``loop`` (events around 50
+back-to-back calls, per call: the host overlaps the device) and ``kernels`` (the summed CUDA time of
+the kernels, from ``torch.profiler``: no host time at all); torch._dynamo's counters follow.
+
+Usage: ``PYTHONPATH=src python tools/check_codegen_gpu.py [problems_dir] [--compile-budget S]
+[--only TEXT] [--methods]``
 """
 
 from __future__ import annotations
@@ -59,6 +66,52 @@ def _time(fn, args, runs: int = 20) -> float:
     return statistics.median(times)
 
 
+def _loop(fn, args, calls: int = 50) -> float:
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _kernels(fn, args, calls: int = 10) -> float:
+    """Milliseconds of kernel time per call, as CUPTI saw it (host time excluded)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    total_us = sum(e.device_time for e in prof.events() if e.device_type.name == "CUDA")
+    return total_us / 1000.0 / calls
+
+
+def _methods(fn, args) -> dict[str, float]:
+    from stitch_graph.execution.timing import time_cuda
+
+    clean = [a.clone() if torch.is_tensor(a) else a for a in args]
+
+    def refill(_i: int) -> None:
+        for dst, src in zip(args, clean, strict=True):
+            if torch.is_tensor(dst):
+                dst.copy_(src)
+
+    return {
+        "harness": time_cuda(lambda: fn(*args), before_each=refill)["median_ms"],
+        "events": _time(fn, args),
+        "loop": _loop(fn, args),
+        "kernels": _kernels(fn, args),
+    }
+
+
 def _inputs(namespace: dict, seed: int) -> list:
     torch.manual_seed(seed)
     return [x.cuda() if torch.is_tensor(x) else x for x in namespace["get_inputs"]()]
@@ -68,7 +121,7 @@ def _outs(value) -> list[torch.Tensor]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def check(path: Path, compile_left: float) -> dict:
+def check(path: Path, compile_left: float, methods: bool = False) -> dict:
     row: dict = {"name": f"{path.parent.name}/{path.stem}"}
     task = load_task(str(path))
     ir = capture_program(task)
@@ -112,6 +165,13 @@ def check(path: Path, compile_left: float) -> dict:
             try:
                 compiled = torch.compile(ref)
                 row["compile_ms"] = _time(compiled, args)
+                if methods:
+                    row["methods"] = {"eager": _methods(ref, args), "cand": _methods(new, args),
+                                      "compile": _methods(compiled, args)}
+                    from torch._dynamo.utils import counters
+
+                    row["dynamo"] = {k: dict(v) for k, v in counters.items() if v}
+                    counters.clear()
             except Exception as error:  # noqa: BLE001
                 row["compile_error"] = str(error)[:80]
             row["compile_s"] = time.time() - t0
@@ -123,6 +183,7 @@ def main() -> int:
     parser.add_argument("problems", nargs="?", default="problems")
     parser.add_argument("--compile-budget", type=float, default=240.0)
     parser.add_argument("--only", default="")
+    parser.add_argument("--methods", action="store_true", help="time four ways (see above)")
     opts = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -136,7 +197,7 @@ def main() -> int:
     ratios_e, ratios_c, correct = [], [], 0
     for path in files:
         try:
-            row = check(path, budget)
+            row = check(path, budget, opts.methods)
         except Exception as error:  # noqa: BLE001
             print(f"{path.parent.name}/{path.stem:34s} ERROR {type(error).__name__}: {error}"[:300])
             traceback.print_exc(limit=2, file=sys.stdout)
@@ -155,6 +216,10 @@ def main() -> int:
             f"{row['eager_ms']:8.3f} {row['cand_ms']:8.3f} {comp} {se:8.2f} "
             f"{(f'{sc:8.2f}' if sc else '       -')} {','.join(row['declared']) or '-'}"
         )
+        for who, numbers in row.get("methods", {}).items():
+            print(f"    {who:8s} " + "  ".join(f"{k} {v:.4f}" for k, v in numbers.items()))
+        if "dynamo" in row:
+            print(f"    dynamo   {row['dynamo']}")
         sys.stdout.flush()
 
     def gmean(xs: list[float]) -> float:
