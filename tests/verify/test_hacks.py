@@ -116,6 +116,24 @@ HACKS: list[tuple[str, str, str, str]] = [
         "torch_compute",
     ),
     (
+        "torch_op_in_a_callback_handed_to_the_graph_runner",
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+            class ModelNew(nn.Module):
+                def forward(self, x, b):
+                    return KERNELS.graphed(self, self._launch, x, b)
+
+                def _launch(self, x, b):
+                    return torch.relu(x + b)
+            """
+        ),
+        ADD_RELU_KERNEL,
+        "torch_compute",
+    ),
+    (
         "submodule_call",
         textwrap.dedent(
             """
@@ -459,6 +477,26 @@ def test_honest_candidate_with_workspace_on_self() -> None:
         """
     )
     assert check_candidate(_candidate(host)).findings == []
+
+
+def test_honest_candidate_replayed_from_a_cuda_graph() -> None:
+    host = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def forward(self, x, b):
+                return KERNELS.graphed(self, self._launch, x, b)
+
+            def _launch(self, x, b):
+                n = x.numel()
+                out = torch.empty_like(x)
+                KERNELS.add_relu((n + 255) // 256, 256, x, b, out, n)
+                return out
+        """
+    )
+    assert check_candidate(_candidate(host), reference_source=REFERENCE).findings == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ nvcc) takes well under a second, where PyTorch's extension builder takes about a
 
 from __future__ import annotations
 
+import ctypes
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +70,31 @@ def kernel_signatures(source: str) -> dict[str, list[str]]:
     return signatures
 
 
+_C_TO_CTYPES: dict[str, type] = {
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+    "int": ctypes.c_int32,
+    "int32_t": ctypes.c_int32,
+    "unsigned": ctypes.c_uint32,
+    "unsigned int": ctypes.c_uint32,
+    "uint32_t": ctypes.c_uint32,
+    "long": ctypes.c_int64,
+    "long long": ctypes.c_int64,
+    "int64_t": ctypes.c_int64,
+    "size_t": ctypes.c_uint64,
+    "unsigned long long": ctypes.c_uint64,
+    "uint64_t": ctypes.c_uint64,
+    "bool": ctypes.c_bool,
+    "char": ctypes.c_int8,
+    "int8_t": ctypes.c_int8,
+    "uint8_t": ctypes.c_uint8,
+    "short": ctypes.c_int16,
+    "int16_t": ctypes.c_int16,
+}
+
+
 def _convert(value: Any, ctype: str) -> Any:
+    """``value`` as the NumPy scalar CuPy passes for ``ctype`` (the portable launch path)."""
     if ctype == "ptr":
         if hasattr(value, "data_ptr"):
             return np.uint64(value.data_ptr())
@@ -82,6 +108,81 @@ def _convert(value: Any, ctype: str) -> Any:
     return np_type(value)
 
 
+def _pointer(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return value.data_ptr()
+    except AttributeError:
+        return int(value)
+
+
+class _ArgumentBlock:
+    """Pre-built ``void*[]`` of a kernel's parameters; a launch only stores the new values.
+
+    cuLaunchKernel reads the values when it is called, so one block serves every launch of its
+    thread; that is what makes a launch cost a few microseconds instead of CuPy's tens.
+    """
+
+    def __init__(self, ctypes_: list[str]) -> None:
+        for ctype in ctypes_:
+            if ctype != "ptr" and ctype not in _C_TO_CTYPES:
+                msg = f"kernel parameter type {ctype!r} is not supported by the launcher"
+                raise TypeError(msg)
+        self.slots = [
+            ctypes.c_uint64() if t == "ptr" else _C_TO_CTYPES[t]() for t in ctypes_
+        ]
+        self.is_pointer = [t == "ptr" for t in ctypes_]
+        self.array = (ctypes.c_void_p * max(1, len(self.slots)))(
+            *(ctypes.addressof(slot) for slot in self.slots)
+        )
+
+    def store(self, args: tuple[Any, ...]) -> None:
+        for i, (slot, pointer, value) in enumerate(zip(self.slots, self.is_pointer, args)):
+            try:
+                slot.value = _pointer(value) if pointer else value
+            except TypeError as error:
+                msg = f"argument {i} ({type(value).__name__}) does not fit its C type: {error}"
+                raise TypeError(msg) from None
+
+
+class _Driver:
+    """``cuLaunchKernel`` from libcuda through ctypes (None where libcuda cannot be loaded)."""
+
+    _instance: _Driver | None | bool = False
+
+    def __init__(self, lib: Any) -> None:
+        self.launch = lib.cuLaunchKernel
+        self.launch.restype = ctypes.c_int
+        self.launch.argtypes = [
+            ctypes.c_void_p, *([ctypes.c_uint] * 6), ctypes.c_uint, ctypes.c_void_p,
+            ctypes.c_void_p, ctypes.c_void_p,
+        ]
+        self._error_name = lib.cuGetErrorName
+        self._error_name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+
+    @classmethod
+    def get(cls) -> _Driver | None:
+        if cls._instance is False:
+            try:
+                cls._instance = cls(ctypes.CDLL("libcuda.so.1"))
+            except (OSError, AttributeError):
+                cls._instance = None
+        return cls._instance  # type: ignore[return-value]
+
+    def error(self, code: int) -> str:
+        name = ctypes.c_char_p()
+        self._error_name(code, ctypes.byref(name))
+        return (name.value or b"CUDA_ERROR_UNKNOWN").decode()
+
+
+def _dims(value: int | Sequence[int]) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        return value, 1, 1
+    dims = tuple(int(v) for v in value) + (1, 1)
+    return dims[0], dims[1], dims[2]
+
+
 class KernelLauncher:
     """One kernel; calling it launches it on PyTorch's current CUDA stream."""
 
@@ -90,6 +191,8 @@ class KernelLauncher:
         self.name = name
         self.ctypes = ctypes_
         self._function = None
+        self._driver: _Driver | None = None
+        self._local = threading.local()  # one argument block per launching thread
 
     def __call__(
         self,
@@ -103,15 +206,37 @@ class KernelLauncher:
             msg = f"kernel {self.name} takes {len(self.ctypes)} arguments, got {len(args)}"
             raise TypeError(msg)
         if self._function is None:
+            self._function = self._library.module.get_function(self.name).kernel
+            fast = all(t == "ptr" or t in _C_TO_CTYPES for t in self.ctypes)
+            self._driver = _Driver.get() if fast else None  # __half scalars go through CuPy
+        if self._driver is None:
             # CuPy's driver-level function takes the stream as an argument, which saves
             # entering and leaving a stream context on every launch
-            self._function = self._library.module.get_function(self.name).kernel
-        grid = (grid,) if isinstance(grid, int) else tuple(grid)
-        block = (block,) if isinstance(block, int) else tuple(block)
-        converted = tuple(_convert(a, t) for a, t in zip(args, self.ctypes, strict=True))
-        self._function(
-            grid, block, converted, shared_mem=shared_mem, stream=self._library.stream()
+            converted = tuple(_convert(a, t) for a, t in zip(args, self.ctypes, strict=True))
+            self._function(
+                _dims(grid), _dims(block), converted, shared_mem=shared_mem,
+                stream=self._library.stream(),
+            )
+            return
+        arguments = getattr(self._local, "block", None)
+        if arguments is None:
+            arguments = self._local.block = _ArgumentBlock(self.ctypes)
+        try:
+            arguments.store(args)
+        except TypeError as error:
+            raise TypeError(f"kernel {self.name}: {error}") from None
+        gx, gy, gz = _dims(grid)
+        bx, by, bz = _dims(block)
+        code = self._driver.launch(
+            self._function.ptr, gx, gy, gz, bx, by, bz, shared_mem,
+            self._library.stream_handle(), arguments.array, None,
         )
+        if code:
+            msg = (
+                f"launching kernel {self.name} (grid {grid}, block {block}) failed: "
+                f"{self._driver.error(code)}"
+            )
+            raise RuntimeError(msg)
 
 
 class KernelLibrary:
@@ -135,17 +260,60 @@ class KernelLibrary:
             self.module = cupy.RawModule(code=source, options=tuple(options))
             self.module.compile()
         self._streams: dict[int, Any] = {}
+        import torch
+
+        self._device = cupy.cuda.Device().id
+        # torch.cuda.current_stream() builds a Stream object per call (microseconds); the raw
+        # getter behind it returns the handle alone
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+    def stream_handle(self) -> int:
+        """The raw handle of PyTorch's current stream on this library's device."""
+        raw = self._raw_stream
+        if raw is not None:
+            return raw(self._device)
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
 
     def stream(self) -> Any:
         """CuPy view of PyTorch's current stream, cached by handle."""
-        import torch
-
-        handle = torch.cuda.current_stream().cuda_stream
+        handle = self.stream_handle()
         stream = self._streams.get(handle)
         if stream is None:
             stream = self._cupy.cuda.ExternalStream(handle)
             self._streams[handle] = stream
         return stream
+
+    def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
+        """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
+
+        The graph is captured on the first call for each set of input and parameter addresses,
+        shapes and strides, and replayed afterwards: every kernel runs again on the current
+        contents of the same memory, so only the launches are saved, never the work. Outputs are
+        copied out of the graph's static buffers, so each call returns fresh tensors as in eager
+        mode. Where capture fails (a library call that cannot be captured), the body runs with
+        plain launches from then on.
+        """
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return body(*inputs)
+        tensors = [*inputs, *module.parameters(), *module.buffers()]
+        key = (id(module), id(body), *(_layout(t) for t in tensors))
+        graphs = self.__dict__.setdefault("_graphs", {})
+        entry = graphs.get(key)
+        if entry is None:
+            entry = graphs[key] = _capture(body, inputs)
+            while len(graphs) > 8:
+                graphs.pop(next(iter(graphs)))
+        if isinstance(entry, str):  # could not be captured: the reason
+            return body(*inputs)
+        graph, outputs = entry
+        graph.replay()
+        if isinstance(outputs, tuple | list):
+            return type(outputs)(o.clone() for o in outputs)
+        return outputs.clone()
 
     def __getattr__(self, name: str) -> KernelLauncher:
         """The launcher of kernel ``name``."""
@@ -156,3 +324,28 @@ class KernelLibrary:
         launcher = KernelLauncher(self, name, self.signatures[name])
         setattr(self, name, launcher)
         return launcher
+
+
+def _layout(value: Any) -> Any:
+    if hasattr(value, "data_ptr"):
+        return (value.data_ptr(), tuple(value.shape), tuple(value.stride()), str(value.dtype))
+    return repr(value)
+
+
+def _capture(body: Any, inputs: tuple[Any, ...]) -> Any:
+    """``(graph, outputs)`` of one captured call, or why it could not be captured."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side):  # warm-up: module loads and library workspaces happen here
+            body(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = body(*inputs)
+    except Exception as error:  # noqa: BLE001 - any failure means plain launches instead
+        torch.cuda.synchronize()
+        return f"{type(error).__name__}: {error}"
+    return graph, outputs

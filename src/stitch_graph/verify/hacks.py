@@ -764,7 +764,7 @@ class _Function:
 
 
 def _forward_path(tree: ast.Module, model: _ModelInfo) -> dict[str, _Function]:
-    """Forward and every method or module function reachable from it, keyed by name."""
+    """Forward and every method or module function it calls or refers to, keyed by name."""
     module_funcs = {
         n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     }
@@ -775,10 +775,8 @@ def _forward_path(tree: ast.Module, model: _ModelInfo) -> dict[str, _Function]:
     todo = ["forward"]
     while todo:
         current = path[todo.pop()]
-        for node in ast.walk(current.node):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
+        # referenced, not only called: a method handed to a helper as a callback runs too
+        for func in ast.walk(current.node):
             key: str | None = None
             target: ast.FunctionDef | ast.AsyncFunctionDef | None = None
             is_method = False
@@ -789,7 +787,11 @@ def _forward_path(tree: ast.Module, model: _ModelInfo) -> dict[str, _Function]:
                 and func.attr in model.methods
             ):
                 key, target, is_method = f"self.{func.attr}", model.methods[func.attr], True
-            elif isinstance(func, ast.Name) and func.id in module_funcs:
+            elif (
+                isinstance(func, ast.Name)
+                and isinstance(func.ctx, ast.Load)
+                and func.id in module_funcs
+            ):
                 key, target = func.id, module_funcs[func.id]
             if key and target is not None and key not in path and key != "self.forward":
                 path[key] = _Function(target, is_method)
