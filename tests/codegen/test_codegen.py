@@ -16,6 +16,7 @@ import torch
 from stitch_graph.artifacts import Feedback, FeedbackItem, Hotspot
 from stitch_graph.codegen import (
     REGISTRY,
+    KernelTuning,
     Tuning,
     apply_feedback,
     capture_program,
@@ -56,12 +57,11 @@ def test_suite_coverage(generated: dict[str, tuple]) -> None:
     assert len(full) >= 0.8 * len(suite), partial
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
-def test_every_kernel_source_compiles(generated: dict[str, tuple]) -> None:
+def _one_translation_unit(sources: list[tuple[str, str]]) -> str:
+    """Kernel sources of several candidates as one nvcc translation unit (a namespace each)."""
     units = []
-    for i, (name, (_, _, _, cand)) in enumerate(sorted(generated.items())):
-        # one translation unit per problem, wrapped in its own namespace-free file section
-        source = cand.kernel_source.replace('extern "C" __global__', "__global__")
+    for i, (name, kernel_source) in enumerate(sources):
+        source = kernel_source.replace('extern "C" __global__', "__global__")
         source = re.sub(r"\bstruct Sg", f"struct P{i}Sg", source)
         source = re.sub(r"\bSg(\w+)", rf"P{i}Sg\1", source).replace(f"P{i}P{i}", f"P{i}")
         source = re.sub(r"\bsg_(warp|block)_reduce\b", rf"p{i}_\1_reduce", source)
@@ -71,7 +71,13 @@ def test_every_kernel_source_compiles(generated: dict[str, tuple]) -> None:
         "#define SG_INF __int_as_float(0x7f800000)\n"
         "#define SG_NAN __int_as_float(0x7fffffff)\n#define SG_FULL 0xffffffffu\n"
     )
-    result = nvcc_compile(prelude + "\n".join(units))
+    return prelude + "\n".join(units)
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+def test_every_kernel_source_compiles(generated: dict[str, tuple]) -> None:
+    sources = [(name, cand.kernel_source) for name, (_, _, _, cand) in sorted(generated.items())]
+    result = nvcc_compile(_one_translation_unit(sources))
     assert result.ok, [d.message for d in result.errors][:5]
 
 
@@ -215,3 +221,119 @@ def test_every_step_of_every_suite_problem_passes_the_hack_checks():
             report = check_candidate(candidate, reference_source=task.source)
             assert not report.rejected, (path.name, item.id, report.findings)
             item.status = "done"
+
+
+def _row_problem(folder: Path, name: str, init: str, forward: str, shapes: list) -> Path:
+    """A throwaway problem file: ``Model.forward(x0, x1, ...)`` returns ``forward``."""
+    names = ", ".join(f"x{i}" for i in range(len(shapes)))
+    inputs = ", ".join(f"torch.randn{tuple(s)!r}" for s in shapes)
+    path = folder / f"{name}.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        f"        {init or 'pass'}\n\n    def forward(self, {names}):\n        return {forward}\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return path
+
+
+def _row_kernels(source: str) -> list[str]:
+    """The softmax/normalisation kernels of a kernel source (comment line first)."""
+    return [
+        "//" + part.split("\n}\n")[0]
+        for part in source.split("\n//")[1:]
+        if "row(s) of" in part.split("\n")[0]
+    ]
+
+
+@pytest.fixture(scope="module")
+def row_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Kernel sources of softmax/norm rows of odd lengths, layouts and knobs, by case name."""
+    folder = tmp_path_factory.mktemp("rows")
+    cases: dict[str, tuple[Path, Tuning]] = {}
+    default = Tuning()
+    for n in (1, 3, 31, 33, 1000, 4097, 20000):
+        path = _row_problem(
+            folder, f"softmax_{n}", "", "torch.softmax(x0 * 0.5 + x1, dim=-1) * 2.0 + x1",
+            [(4, n), (4, n)],
+        )  # fmt: skip
+        cases[f"softmax_{n}"] = (path, default)
+    for n in (3, 33, 1000, 4096, 16384, 20000):
+        path = _row_problem(
+            folder, f"layer_norm_{n}", f"self.ln = nn.LayerNorm({n})",
+            "torch.relu(self.ln(x0 + x1)) + x0", [(4, n), (n,)],
+        )  # fmt: skip
+        cases[f"layer_norm_{n}"] = (path, default)
+    for n in (31, 4096):
+        path = _row_problem(folder, f"rms_{n}", f"self.n = nn.RMSNorm({n})", "self.n(x0)", [(4, n)])
+        cases[f"rms_{n}"] = (path, default)
+    path = _row_problem(
+        folder, "log_softmax_inner", "", "torch.log_softmax(x0, dim=1)", [(3, 37, 5)]
+    )
+    cases["log_softmax_inner"] = (path, default)
+    path = _row_problem(
+        folder, "group_batch_instance",
+        "self.w = nn.Parameter(torch.randn(6)); self.b = nn.Parameter(torch.randn(6))",
+        "F.instance_norm(F.batch_norm(F.group_norm(x0, 3, self.w, self.b, 1e-3), None, None, "
+        "self.w * 2.0, self.b, True) + 1.0, weight=self.w, bias=self.b) * 3.0",
+        [(5, 6, 7, 9)],
+    )  # fmt: skip
+    cases["group_batch_instance"] = (path, default)
+    knobs = {
+        "scalar": KernelTuning(vector_width=1),
+        "warp": KernelTuning(rows_per_block=4),
+        "block": KernelTuning(rows_per_block=1),
+        "b1024": KernelTuning(block_size=1024),
+    }
+    for knob, tun in knobs.items():
+        for base in ("softmax_4097", "layer_norm_1000"):
+            cases[f"{base}_{knob}"] = (cases[base][0], Tuning(default=tun))
+    sources = {}
+    for name, (path, tuning) in cases.items():
+        ir = capture_program(load_task(str(path)))
+        sources[name] = emit_candidate(ir, plan_program(ir), tuning=tuning).kernel_source
+    return sources
+
+
+def test_row_ops_keep_fitting_rows_in_registers(
+    generated: dict[str, tuple], row_cases: dict[str, str]
+) -> None:
+    source = generated["softmax/01_softmax"][3].kernel_source
+    host = generated["softmax/01_softmax"][3].host_source
+    (scalar, vector) = _row_kernels(source)
+    # one global read per element: one load loop, statistics from registers, one store loop
+    assert "stays in registers" in vector and "block per row" in vector
+    assert vector.count("reinterpret_cast<const float4*>(a0)") == 1 and vector.count("a0[") == 0
+    assert vector.count("reinterpret_cast<float4*>(out)") == 1
+    assert "sg_block_reduce(mx)" in vector and "sg_block_reduce(sm)" in vector
+    assert scalar.count("a0[") == 1 and "_v4" not in scalar and "float4" not in scalar
+    assert "if _aligned(x, softmax):" in host and "k0_softmax_v4(" in host
+    norm = _row_kernels(generated["norm/01_layer_norm"][3].kernel_source)[1]
+    assert "warp per row" in norm and "sg_warp_reduce(sq)" in norm and "SgWelford" not in norm
+    assert "reinterpret_cast<const float4*>(a1)[u]" in norm  # weight by float4 too
+    for n in (1, 3, 31, 33, 1000, 4097):
+        assert all("stays in registers" in k for k in _row_kernels(row_cases[f"softmax_{n}"]))
+    assert "_v4" in row_cases["softmax_1000"] and "_v4" not in row_cases["softmax_33"]
+    for n in (3, 33, 1000, 4096, 16384):
+        assert "stays in registers" in row_cases[f"layer_norm_{n}"]
+    assert "stays in registers" in row_cases["log_softmax_inner"]  # strided rows, scalar loads
+    assert row_cases["group_batch_instance"].count("stays in registers") == 3
+
+
+def test_row_ops_fall_back_to_two_passes(row_cases: dict[str, str]) -> None:
+    for name in ("softmax_20000", "layer_norm_20000", "softmax_4097_warp"):
+        (kernel,) = _row_kernels(row_cases[name])
+        assert "statistics pass, then write pass" in kernel and "stays in registers" not in kernel
+    assert "__launch_bounds__(1024)" in row_cases["softmax_20000"]  # long rows: more threads
+    assert "warp per row" in row_cases["softmax_4097_warp"]
+    assert "_v4" in row_cases["layer_norm_1000"] and "_v4" not in row_cases["softmax_4097"]
+    assert "_v4" not in row_cases["layer_norm_1000_scalar"]  # vector_width=1: scalar only
+    assert "block per row" in _row_kernels(row_cases["layer_norm_1000_block"])[0]
+    # a warp per row with 32 values a thread: the block stays at 512 threads (register budget)
+    assert "__launch_bounds__(512)" in _row_kernels(row_cases["layer_norm_1000_b1024"])[0]
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+def test_row_op_kernels_compile(row_cases: dict[str, str]) -> None:
+    result = nvcc_compile(_one_translation_unit(sorted(row_cases.items())))
+    assert result.ok, [d.message for d in result.errors][:5]

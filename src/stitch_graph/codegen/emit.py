@@ -5,14 +5,16 @@ the plan's items), every knob comes from ``Tuning``. Kernel styles: grid-stride 
 with ``__restrict__`` pointers and a float4 twin chosen at run time when all full-size operands are
 16-byte aligned; reductions with one thread, warp or block per row (or two stages when rows are few
 and long); softmax/log-softmax with an online max+sum pass then a write pass; layer/group/batch/
-instance/RMS norms with Welford statistics and fused affine; direct convolution with the bias and
-epilogue fused; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
+instance/RMS norms with Welford statistics and fused affine; convolutions (groups=1) as im2col
+by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
+fused; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
 generated run in PyTorch inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +128,76 @@ class _Args:
             for i, r in enumerate(self.refs)
         ]
         return ", ".join(params + extra)
+
+
+# Convolutions with groups=1 run as im2col + cuBLAS SGEMM; the im2col scratch of one chunk of
+# images stays under _CONV_SCRATCH_BYTES (one image at a time if a single image needs more, up to
+# _CONV_SCRATCH_MAX per image; beyond that, and for K = C*KH*KW < _CONV_GEMM_MIN_K, the direct
+# kernel is kept: a GEMM with a tiny inner dimension is all memory traffic).
+_CONV_SCRATCH_BYTES = 256 * 2**20
+_CONV_SCRATCH_MAX = 2 * 2**30
+_CONV_GEMM_MIN_K = 16
+
+
+@dataclass(frozen=True)
+class _ConvGeom:
+    """Geometry of a conv1d/conv2d (conv1d as KH = H = OH = 1), groups = 1."""
+
+    n: int
+    cin: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+
+    @property
+    def k(self) -> int:
+        """Inner GEMM dimension C*KH*KW (rows of the unfolded input)."""
+        return self.cin * self.kh * self.kw
+
+    @property
+    def p(self) -> int:
+        """Output pixels per image OH*OW (columns of the unfolded input)."""
+        return self.oh * self.ow
+
+    @property
+    def pointwise(self) -> bool:
+        """1x1, stride 1, no padding: the input image already is the [C, H*W] matrix."""
+        return (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw) == (1, 1, 1, 1, 0, 0)
+
+
+def _conv_chunk(geo: _ConvGeom) -> tuple[int, int]:
+    """Images per im2col chunk and the number of chunks (balanced: the last is not a sliver)."""
+    per_image = geo.k * geo.p * 4
+    most = max(1, _CONV_SCRATCH_BYTES // per_image)
+    chunks = math.ceil(geo.n / most)
+    return math.ceil(geo.n / chunks), chunks
+
+
+def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
+    """Whether a groups=1 convolution takes the im2col + cuBLAS path."""
+    x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
+    refs = [x, w, *([b] if isinstance(b, Ref) else [])]
+    return (
+        not g.prologue
+        and node.dtype == "float32"
+        and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
+        and ir.is_contiguous(x)
+        and ir.is_contiguous(w)
+        and geo.k >= _CONV_GEMM_MIN_K
+        and (geo.pointwise or geo.k * geo.p * 4 <= _CONV_SCRATCH_MAX)
+        and geo.oh == (geo.h + 2 * geo.ph - geo.dh * (geo.kh - 1) - 1) // geo.sh + 1
+        and geo.ow == (geo.w + 2 * geo.pw - geo.dw * (geo.kw - 1) - 1) // geo.sw + 1
+    )
 
 
 class _Emitter:
@@ -473,6 +545,281 @@ class _Emitter:
         ]
 
     # ---- softmax and normalisations ------------------------------------------------------------
+    def _row_cached(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        offset: str,
+        affine_idx: str,
+        eps: Any,
+        index: str,
+    ) -> list[str] | None:
+        """Softmax/norm kernel that keeps each row in registers: one global read, one write.
+
+        A warp (short rows) or a block of up to 1024 threads (long rows) owns a row; each thread
+        holds its ``vpt`` values in ``float v[vpt]`` (element ``t + c * threads``, or float4 chunk
+        ``t + c * threads`` when the row is contiguous and its length a multiple of 4: ``_v4``
+        kernel, scalar twin chosen at run time when an operand is not 16-byte aligned).
+        Statistics come from the registers: max, then sum of ``exp(v - max)`` for softmax; exact
+        mean, then sum of squared deviations for the norms; sum of squares for RMS. Slots beyond
+        the row end are never loaded, reduced or stored. Knobs: ``rows_per_block`` > 1 / == 1
+        force a warp / a block per row, ``vector_width`` 1 the scalar kernel alone, ``block_size``
+        the rows per block (warp) or the threads per row (block; raised until ``vpt`` <= 16, at
+        most to 512). Returns ``None`` (two-pass kernel instead) when ``vpt`` would exceed the
+        register budget: 32 values a thread up to 512 threads a block, 16 at 1024.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        op = node.op
+        src: Ref = node.args["input"]
+        shape = ir.shapes[src]
+        out = ir.node(g.output)
+        if numel(out.shape) != numel(shape) or length < 1:
+            return None
+        if tun.rows_per_block > 1:
+            mode = "warp"
+        elif tun.rows_per_block == 1:
+            mode = "block"
+        else:
+            mode = "warp" if length <= 1024 else "block"
+        vector = (
+            tun.vector_width == 4
+            and offset == f"r * {length} + k"
+            and length % 4 == 0
+            and out.dtype == "float32"
+        )
+
+        def vpt(threads: int) -> int:  # registers per thread for the row (float4: whole chunks)
+            return 4 * math.ceil(length / 4 / threads) if vector else math.ceil(length / threads)
+
+        def budget(block: int) -> int:  # ptxas gives 255 registers a thread up to 256 threads,
+            return 32 if block <= 512 else 16  # 128 at 512, 64 at 1024: keep v[] well below
+
+        block = min(tun.block_size, 1024)
+        if mode == "warp":
+            threads = 32
+            if vpt(threads) > budget(block):
+                block = min(block, 512)  # fewer rows per block rather than spilling
+        else:
+            threads = block  # at most 16 a thread up to 512 threads, then 32; 1024 only if asked
+            while threads < 512 and vpt(threads) > 16:
+                threads = min(512, threads * 2)
+            block = threads
+        if vpt(threads) > budget(block):
+            return None
+        reduce_fn = "sg_warp_reduce" if mode == "warp" else "sg_block_reduce"
+        weight, bias = node.args.get("weight"), node.args.get("bias")
+        # the scheduler gives prologue values one reader; re-evaluate them if the epilogue reads any
+        prologue = set(g.prologue)
+        needs_prologue = any(
+            ref.kind == "node" and ref.name in prologue
+            for m in g.epilogue
+            for ref in ir.node(m).tensor_refs()
+        )
+        otype = _CTYPE.get(out.dtype, "float")
+        if op == "rms_norm":
+            eps_lit = _literal(eps)
+        elif op not in ("softmax", "log_softmax"):
+            eps_lit = _literal(eps or 1e-5)
+
+        def uses(name: str, decl: str, lines: list[str]) -> list[str]:
+            """``[decl]`` when a line reads the variable ``name``, else nothing."""
+            return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
+
+        def affine_vector(ref: Any) -> bool:
+            if not isinstance(ref, Ref) or affine_idx != "k":
+                return False
+            rshape = tuple(ir.shapes[ref])
+            return (
+                ir.dtypes.get(ref, "float32") == "float32"
+                and numel(rshape) == length
+                and tuple(ir.strides.get(ref, contiguous_strides(rshape)))
+                == contiguous_strides(rshape)
+            )
+
+        def variant(vec: bool) -> tuple[list[str], _Args, list[Ref]]:
+            w = 4 if vec else 1
+            nu = length // w  # elements or float4 chunks per row
+            nv = math.ceil(nu / threads)  # per thread
+            full = nu // threads  # chunks c < full are in the row for every thread
+            ok = "" if nu % threads == 0 else (f"c < {full} || u < {nu}" if full else f"u < {nu}")
+            s = "v[c * 4 + l]" if vec else "v[c]"
+            args = _Args(ir)
+            load_args = _Args(ir, refs=args.refs, vector=vec)
+            write_args = _Args(ir, refs=args.refs, vector=vec)
+
+            def slots(
+                body: list[str], head: list[str] | None = None, tail: list[str] | None = None
+            ) -> list[str]:
+                """Loop over this thread's slots of the row (unrolled; tail slots guarded)."""
+                inner = list(head or [])
+                if vec:
+                    inner += ["#pragma unroll", "for (int l = 0; l < 4; ++l) {"]
+                    inner += [f"  {b}" for b in body] + ["}"]
+                else:
+                    inner += body
+                inner += tail or []
+                lines = ["#pragma unroll", f"for (int c = 0; c < {nv}; ++c) {{"]
+                if ok or head:
+                    lines.append(f"  const int u = t + c * {threads};")
+                if ok:
+                    lines += [f"  if ({ok}) {{", *(f"    {x}" for x in inner), "  }"]
+                else:
+                    lines += [f"  {x}" for x in inner]
+                return [*lines, "}"]
+
+            def vec_loads(refs: list[Ref], at: str) -> list[str]:
+                return [
+                    f"const float4 a{args.refs.index(r)}v = "
+                    f"reinterpret_cast<const float4*>(a{args.refs.index(r)})[{at}];"
+                    for r in refs
+                ]
+
+            # load pass: prologue on load, one read per element
+            env: dict[str, str] = {}
+            pre = self.exprs(g.prologue, shape, "i", env, load_args)
+            value = self.value_of(src, shape, "i", env, load_args)
+            if vec:
+                i_decl = uses("i", f"const {index} i = j * 4 + l;", [*pre, value])
+                load = slots(
+                    [*i_decl, *pre, f"{s} = {value};"],
+                    [f"const {index} j = r * {nu} + u;", *vec_loads(load_args.vec_refs, "j")],
+                )
+            else:
+                load = slots(
+                    [*pre, f"{s} = {value};"],
+                    [f"const {index} k = u;", f"const {index} i = {offset};"],
+                )
+
+            # statistics from the registers
+            def reduce(name: str, body: list[str]) -> list[str]:
+                acc = "SgMax" if name == "mx" else "SgSum"
+                return [
+                    f"{acc} {name} = {acc}::init();",
+                    *slots(body),
+                    f"{name} = {reduce_fn}({name});",
+                ]
+
+            if op in ("softmax", "log_softmax"):
+                stats = reduce("mx", [f"mx.update({s}, 0);"])
+                if op == "softmax":
+                    stats += reduce("sm", [f"{s} = expf({s} - mx.m);", f"sm.s += {s};"])
+                    stats.append("const float inv = 1.f / sm.s;")
+                    y = f"{s} * inv"
+                else:
+                    stats += reduce("sm", [f"sm.s += expf({s} - mx.m);"])
+                    stats.append("const float lse = mx.m + logf(sm.s);")
+                    y = f"{s} - lse"
+            elif op == "rms_norm":
+                stats = reduce("sm", [f"sm.s += {s} * {s};"])
+                stats.append(f"const float scale = rsqrtf(sm.s / {float(length)!r}f + {eps_lit});")
+                y = f"{s} * scale"
+            else:
+                stats = reduce("sm", [f"sm.s += {s};"])
+                stats.append(f"const float mean = sm.s / {float(length)!r}f;")
+                stats += reduce("sq", [f"const float d = {s} - mean;", "sq.s += d * d;"])
+                stats.append(f"const float rstd = rsqrtf(sq.s / {float(length)!r}f + {eps_lit});")
+                y = f"({s} - mean) * rstd"
+
+            # write pass from the registers: affine, epilogue, one write per element
+            affine_vec: list[Ref] = []
+            uses_k = False
+            for ref, sign in ((weight, "*"), (bias, "+")):
+                if not isinstance(ref, Ref):
+                    continue
+                name = write_args.param(ref)
+                if vec and affine_vector(ref):
+                    affine_vec.append(ref)
+                    y = f"({y}) {sign} (&{name}w.x)[l]"
+                else:
+                    uses_k = uses_k or "k" in affine_idx
+                    y = f"({y}) {sign} {name}[{affine_idx}]"
+            env2: dict[str, str] = {}
+            pre2 = self.exprs(g.prologue, shape, "i", env2, write_args) if needs_prologue else []
+            env2[node.name] = f"v_{node.name}"
+            post = [f"const float v_{node.name} = {y};"]
+            post += self.exprs(g.epilogue, shape, "i", env2, write_args)
+            result = env2[out.name]
+            if vec:
+                head = [
+                    f"const {index} j = r * {nu} + u;",
+                    *vec_loads(write_args.vec_refs, "j"),
+                    *(
+                        f"const float4 a{args.refs.index(r)}w = "
+                        f"reinterpret_cast<const float4*>(a{args.refs.index(r)})[u];"
+                        for r in affine_vec
+                    ),
+                    f"{otype} o[4];",
+                ]
+                body = [f"const {index} k = u * 4 + l;"] if uses_k else []
+                body += uses("i", f"const {index} i = j * 4 + l;", [*pre2, *post])
+                body += [*pre2, *post, f"o[l] = {result};"]
+                tail = ["reinterpret_cast<float4*>(out)[j] = make_float4(o[0], o[1], o[2], o[3]);"]
+                write = slots(body, head, tail)
+            else:
+                write = slots(
+                    [*pre2, *post, f"out[i] = {result};"],
+                    [f"const {index} k = u;", f"const {index} i = {offset};"],
+                )
+
+            if mode == "warp":
+                warps = block // 32
+                tid = "threadIdx.x & 31"
+                row_loop = (
+                    f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); "
+                    f"r < {rows}; r += ({index})gridDim.x * {warps})"
+                )
+            else:
+                tid = "threadIdx.x"
+                row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+            name = f"{kernel}_v4" if vec else kernel
+            src_lines = [
+                f"// {op}: {rows} row(s) of {length}, {mode} per row; the row stays in registers "
+                f"({nv * w} per thread{', float4' if vec else ''}): one read, one write",
+                f'extern "C" __global__ __launch_bounds__({block}) void {name}('
+                f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+                f"  const int t = {tid};",
+                f"  {row_loop} {{",
+                f"    float v[{nv * w}] = {{}};  // slots past the row end stay 0, never read",
+                *(f"    {line}" for line in [*load, *stats, *write]),
+                "  }",
+                "}",
+            ]
+            aligned: list[Ref] = []
+            for ref in [*load_args.vec_refs, *write_args.vec_refs, *affine_vec]:
+                if ref not in aligned:
+                    aligned.append(ref)
+            return src_lines, args, aligned
+
+        if mode == "warp":
+            grid = max(1, min(math.ceil(rows / (block // 32)), _MAX_GRID))
+        else:
+            grid = max(1, min(rows, 65535))
+        scalar_src, sargs, _ = variant(False)
+        self.kernels.append("\n".join(scalar_src))
+        py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
+        alloc = (
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
+        launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
+        if not vector:
+            return [alloc, launch]
+        vsrc, vargs, aligned = variant(True)
+        if vargs.refs != sargs.refs:
+            return [alloc, launch]
+        self.kernels.append("\n".join(vsrc))
+        return [
+            alloc,
+            f"if _aligned({', '.join([*(_py(r) for r in aligned), out.name])}):",
+            f"    KERNELS.{kernel}_v4({grid}, {block}, {py_args})",
+            "else:",
+            f"    {launch}",
+        ]
+
     def row_op(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -516,6 +863,10 @@ class _Emitter:
                 rows, length = c, n * hw
                 offset = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}"
                 affine_idx = "r"
+        cached = self._row_cached(g, kernel, tun, rows, length, offset, affine_idx, eps, index)
+        if cached is not None:
+            return cached
+        # rows too long for registers: statistics pass, then a write pass that reads the row again
         acc = {"softmax": "SgLse", "log_softmax": "SgLse", "rms_norm": "SgSum"}.get(op, "SgWelford")
         if tun.rows_per_block > 1:
             mode = "warp"
@@ -524,6 +875,10 @@ class _Emitter:
         else:
             mode = "warp" if length <= 1024 else "block"
         block = min(tun.block_size, 1024)
+        if tun.rows_per_block == 0 and mode == "block":
+            # rows get here when too long for registers: few per SM, so use more threads per row
+            # (H200, 256 rows of 32K: 0.08 ms at 256 threads, 0.03 ms at 1024)
+            block = min(4 * tun.block_size, 1024)
         args = _Args(ir)
         env: dict[str, str] = {}
         pre = self.exprs(g.prologue, shape, "i", env, args)
@@ -632,6 +987,9 @@ class _Emitter:
         dh, dw = pair(node.args.get("dilation", 1))
         groups = int(node.args.get("groups", 1))
         cog = cout // groups
+        geom = _ConvGeom(xs[0], cin, h, wd, cout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)
+        if groups == 1 and _conv_gemm_ok(ir, node, g, geom):
+            return self._conv_gemm(g, kernel, tun, geom)
         total = numel(os_)
         index = "long long" if total >= 2**31 or numel(xs) >= 2**31 else "int"
         out = ir.node(g.output)
@@ -677,6 +1035,107 @@ class _Emitter:
         ]
         grid = max(1, min(math.ceil(total / block), _MAX_GRID * 4))
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _conv_gemm(self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom) -> list[str]:
+        """Convolution as implicit GEMM by parts: im2col of a chunk of images, then cuBLAS.
+
+        Row-major, image n: ``out[n] (OC x P) = W (OC x K) @ col[n] (K x P)`` with P = OH*OW,
+        K = C*KH*KW and ``col[n][(c*KH + ky)*KW + kx, oy*OW + ox] = x[n, c, oy*sh - ph + ky*dh,
+        ox*sw - pw + kx*dw]`` (0 in the padding), the row order of W's [OC, C, KH, KW] layout.
+        cuBLAS is column-major, and a row-major R x C matrix with leading dimension C is the
+        column-major C x R matrix (its transpose) with the same leading dimension. So cuBLAS
+        computes ``out[n]^T (P x OC) = col[n]^T (P x K) @ W^T (K x OC)`` with no transposes
+        (ta = tb = N): m = P, n = OC, k = K; A = col[n] read as column-major P x K, lda = P, batch
+        stride K*P; B = W read as column-major K x OC, ldb = K, batch stride 0 (one filter bank);
+        C = out[n] read as column-major P x OC, ldc = P, batch stride OC*P, which is NCHW. A 1x1
+        conv with stride 1 and no padding has col[n] == x[n] ([C, H*W]): x itself is A.
+        The bias and the fused epilogue run afterwards in one pointwise kernel (as for ``gemm``).
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        w: Ref = node.args["weight"]
+        b = node.args.get("bias")
+        out = ir.node(g.output)
+        space = tuple(node.shape)
+        k, p, cout = geo.k, geo.p, geo.cout
+        needs_epilogue = isinstance(b, Ref) or bool(g.epilogue)
+        product = f"{node.name}_mm" if needs_epilogue else node.name
+        xa, wa = _py(x), _py(w)
+        lines = [f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)"]
+        if geo.pointwise:
+            lines += [
+                f"# 1x1 {node.op}, stride 1, no padding: x[n] is already the [{k}, {p}] matrix",
+                f"_sgemm(0, 0, {p}, {cout}, {k}, {xa}, {p}, {k * p}, {wa}, {k}, 0, "
+                f"{product}, {p}, {cout * p}, {geo.n})",
+            ]
+        else:
+            chunk, nchunks = _conv_chunk(geo)
+            block = tun.block_size
+            elems = chunk * k * p
+            big = max(elems, chunk * geo.cin * geo.h * geo.w) >= 2**31
+            index = "long long" if big else "int"
+            unroll = f"#pragma unroll {tun.unroll}\n  " if tun.unroll > 1 else ""
+            im2col = f"{kernel}_im2col"
+            src = [
+                f"// im2col for {node.op}: cnt image(s) of x [{geo.cin}, {geo.h}, {geo.w}] -> "
+                f"col [cnt, {k}, {p}]; row (c*{geo.kh} + ky)*{geo.kw} + kx, column oy*{geo.ow} + ox",
+                f'extern "C" __global__ __launch_bounds__({block}) void {im2col}('
+                "const float* __restrict__ x, float* __restrict__ col, int cnt) {",
+                f"  const {index} total = ({index})cnt * {k * p};",
+                f"  {unroll}for ({index} i = ({index})blockIdx.x * {block} + threadIdx.x; "
+                f"i < total; i += ({index})gridDim.x * {block}) {{",
+                f"    const int q = (int)(i % {p});",
+                f"    const int r = (int)((i / {p}) % {k});",
+                f"    const {index} nb = i / {k * p};",
+                f"    const int ox = q % {geo.ow}, oy = q / {geo.ow};",
+                f"    const int kx = r % {geo.kw}, ky = (r / {geo.kw}) % {geo.kh};",
+                f"    const int c = r / {geo.kh * geo.kw};",
+                f"    const int iy = oy * {geo.sh} - {geo.ph} + ky * {geo.dh};",
+                f"    const int ix = ox * {geo.sw} - {geo.pw} + kx * {geo.dw};",
+                "    float v = 0.f;",
+                f"    if (iy >= 0 && iy < {geo.h} && ix >= 0 && ix < {geo.w}) "
+                f"v = __ldg(x + (nb * {geo.cin} + c) * {geo.h * geo.w} + iy * {geo.w} + ix);",
+                "    col[i] = v;",
+                "  }",
+                "}",
+            ]
+            self.kernels.append("\n".join(src))
+            grid = max(1, min(math.ceil(elems / block), _MAX_GRID))
+            col = f"_col_{g.id}"
+            mib = elems * 4 / 2**20
+            lines += [
+                f"# implicit GEMM by parts: im2col of {chunk} image(s) at a time into "
+                f"{col} [{chunk}, {k}, {p}] ({mib:.1f} MiB), then one batched SGEMM per chunk",
+                f"{col} = torch.empty([{chunk}, {k}, {p}], device=_dev, dtype=torch.float32)",
+            ]
+            call = (
+                f"_sgemm(0, 0, {p}, {cout}, {k}, {col}, {p}, {k * p}, {wa}, {k}, 0, "
+                "{c}, " + f"{p}, {cout * p}, " + "{cnt})"
+            )
+            if nchunks == 1:
+                lines += [
+                    f"KERNELS.{im2col}({grid}, {block}, {xa}, {col}, {geo.n})",
+                    call.format(c=product, cnt=geo.n),
+                ]
+            else:
+                lines += [
+                    f"for _n0 in range(0, {geo.n}, {chunk}):",
+                    f"    _nc = min({chunk}, {geo.n} - _n0)",
+                    f"    KERNELS.{im2col}({grid}, {block}, {xa}[_n0:_n0 + _nc], {col}, _nc)",
+                    "    " + call.format(c=f"{product}[_n0:_n0 + _nc]", cnt="_nc"),
+                ]
+        if not needs_epilogue:
+            return lines
+
+        def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
+            raw = args.load(Ref("node", product), space, idx, space)
+            if isinstance(b, Ref):
+                addend = args.load(b, space, idx, (cout,) + (1,) * (len(space) - 2))
+                return node.name, f"const float v_{node.name} = {raw} + {addend};"
+            return node.name, f"const float v_{node.name} = {raw};"
+
+        return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
 
     # ---- GEMM ----------------------------------------------------------------------------------
     def gemm(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
@@ -748,13 +1207,8 @@ Kernels come from the global KERNELS (NVRTC-built from kernel_source); GEMMs cal
 FP32 on PyTorch's current stream. {declared}
 """
 
-import numpy as np
 import torch
 import torch.nn as nn
-
-_ONE = np.ones(1, dtype=np.float32)
-_ZERO = np.zeros(1, dtype=np.float32)
-_STREAMS = {{}}
 
 
 def _get(module, name):
@@ -771,25 +1225,7 @@ def _aligned(*tensors):
 
 def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):
     """Column-major C = op(A) op(B) through cuBLAS on PyTorch's stream, true FP32 (no TF32)."""
-    import cupy
-    from cupy.cuda import cublas
-
-    handle = cupy.cuda.device.get_cublas_handle()
-    ptr = torch.cuda.current_stream().cuda_stream
-    stream = _STREAMS.get(ptr)
-    if stream is None:
-        stream = _STREAMS[ptr] = cupy.cuda.ExternalStream(ptr)
-    with stream:
-        cublas.setStream(handle, ptr)
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-        cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
-        one, zero = _ONE.ctypes.data, _ZERO.ctypes.data
-        if batch == 1:
-            cublas.sgemm(handle, ta, tb, m, n, k, one, a.data_ptr(), lda, b.data_ptr(), ldb,
-                         zero, c.data_ptr(), ldc)
-        else:
-            cublas.sgemmStridedBatched(handle, ta, tb, m, n, k, one, a.data_ptr(), lda, sa,
-                                       b.data_ptr(), ldb, sb, zero, c.data_ptr(), ldc, sc, batch)
+    KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch)
 
 
 _PARAMS = {params}
@@ -956,6 +1392,14 @@ def emit_candidate(
     header = _HOST_HEADER.format(
         task=ir.task.name, n_items=len(plan.items), declared=note, params=params, inputs=inputs
     )
+    graphed = (tuning.cuda_graph if tuning.cuda_graph is not None else plan.host.cuda_graph) and (
+        not declared
+    )
+    if graphed:  # launch-bound: the runtime captures _launch in a CUDA graph and replays it
+        header += (
+            f"        return KERNELS.graphed(self, self._launch, {inputs})\n\n"
+            f"    def _launch(self, {inputs}):\n"
+        )
     host = header + "".join(f"        {line}\n" for line in body)
     kernel_source = PRELUDE + "\n\n" + "\n\n".join(emitter.kernels) + "\n"
     generated = sorted(wanted)
@@ -965,6 +1409,9 @@ def emit_candidate(
         form="nvrtc",
         link_libraries=["cublas"]
         if any(g.kind == "gemm" for g in groups if g.id in wanted)
+        or any(
+            line.lstrip().startswith("_sgemm(") for lines in launch_at.values() for line in lines
+        )
         else [],
         declared_torch_ops=declared,
         item_id=through,

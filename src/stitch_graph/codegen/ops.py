@@ -214,8 +214,8 @@ _op("instance_norm", NORM, "input, running_mean=None, running_var=None, weight=N
 _op("linear", GEMM, "input, weight, bias=None", flops=2, note="cuBLAS sgemm, bias in the epilogue kernel")  # noqa: E501
 _op("matmul", GEMM, "input, other", flops=2, aliases=("mm", "bmm"))
 _op("addmm", GEMM, "input, mat1, mat2, beta=1, alpha=1", flops=2)
-_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="direct convolution kernel with fused bias and epilogue")  # noqa: E501
-_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="direct convolution kernel with fused bias and epilogue")  # noqa: E501
+_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
+_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)

@@ -262,7 +262,10 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
     if group.kind == "gemm":
         items.append("cuBLAS in true FP32 (CUBLAS_DEFAULT_MATH, no TF32) on PyTorch's stream")
     if group.kind == "conv":
-        items.append("direct convolution, one output per thread; correct first, not yet tiled")
+        items.append(
+            "groups=1: im2col into a bounded scratch buffer, then cuBLAS strided-batched SGEMM "
+            "in true FP32 and one bias/epilogue kernel; otherwise a direct kernel"
+        )
     if group.kind in ("reduction", "norm", "softmax"):
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
     return items

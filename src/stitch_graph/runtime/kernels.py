@@ -285,6 +285,43 @@ class KernelLibrary:
             self._streams[handle] = stream
         return stream
 
+    def sgemm(self, ta: int, tb: int, m: int, n: int, k: int, a: Any, lda: int, sa: int,
+              b: Any, ldb: int, sb: int, c: Any, ldc: int, sc: int, batch: int) -> None:
+        """Column-major ``C = op(A) op(B)`` (strided-batched when ``batch > 1``) in true FP32.
+
+        Runs on PyTorch's current stream through libcuBLAS directly (capturable in a CUDA graph);
+        where that library cannot be loaded, through CuPy's cuBLAS wrapper.
+        """
+        stream = self.stream_handle()
+        pointers = (_pointer(a), _pointer(b), _pointer(c))
+        blas = self.__dict__.get("_blas")
+        if blas is None:
+            try:
+                blas = _Cublas()
+            except (OSError, AttributeError, RuntimeError):
+                blas = "cupy"
+            self._blas = blas
+        if blas != "cupy":
+            blas.sgemm(stream, ta, tb, m, n, k, pointers[0], lda, sa, pointers[1], ldb, sb,
+                       pointers[2], ldc, sc, batch)
+            return
+        from cupy.cuda import cublas
+
+        handle = self._cupy.cuda.device.get_cublas_handle()
+        one, zero = np.ones(1, dtype=np.float32), np.zeros(1, dtype=np.float32)
+        with self.stream():
+            cublas.setStream(handle, stream)
+            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+            cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
+            if batch == 1:
+                cublas.sgemm(handle, ta, tb, m, n, k, one.ctypes.data, pointers[0], lda,
+                             pointers[1], ldb, zero.ctypes.data, pointers[2], ldc)
+            else:
+                cublas.sgemmStridedBatched(
+                    handle, ta, tb, m, n, k, one.ctypes.data, pointers[0], lda, sa, pointers[1],
+                    ldb, sb, zero.ctypes.data, pointers[2], ldc, sc, batch,
+                )
+
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
         """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
 
@@ -300,7 +337,8 @@ class KernelLibrary:
         if torch.cuda.is_current_stream_capturing():
             return body(*inputs)
         tensors = [*inputs, *module.parameters(), *module.buffers()]
-        key = (id(module), id(body), *(_layout(t) for t in tensors))
+        # a bound method is a new object on every access: key on the function behind it
+        key = (id(module), id(getattr(body, "__func__", body)), *(_layout(t) for t in tensors))
         graphs = self.__dict__.setdefault("_graphs", {})
         entry = graphs.get(key)
         if entry is None:
@@ -324,6 +362,82 @@ class KernelLibrary:
         launcher = KernelLauncher(self, name, self.signatures[name])
         setattr(self, name, launcher)
         return launcher
+
+
+def _loaded_library(stem: str) -> str | None:
+    """Path of a shared library this process has already mapped (e.g. CuPy's libcublas)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if f"/{stem}.so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+class _Cublas:
+    """SGEMM through libcublas with ctypes: capturable in CUDA graphs, unlike CuPy's wrapper."""
+
+    _lib: Any = False
+
+    def __init__(self) -> None:
+        lib = self.library()
+        if lib is None:
+            msg = "libcublas could not be loaded"
+            raise OSError(msg)
+        self.lib = lib
+        handle = ctypes.c_void_p()
+        self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        self.handle = handle
+        self._check(lib.cublasSetMathMode(handle, 0), "cublasSetMathMode")  # no TF32
+        self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        lib.cublasSetStream_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.cublasSgemm_v2.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ]
+        lib.cublasSgemmStridedBatched.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
+        ]
+
+    @classmethod
+    def library(cls) -> Any:
+        if cls._lib is False:
+            cls._lib = None
+            names = [_loaded_library("libcublas"), "libcublas.so", "libcublas.so.13",
+                     "libcublas.so.12", "libcublas.so.11"]
+            for name in filter(None, names):
+                try:
+                    cls._lib = ctypes.CDLL(name)
+                    break
+                except OSError:
+                    continue
+        return cls._lib
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status:
+            msg = f"{what} failed with cuBLAS status {status}"
+            raise RuntimeError(msg)
+
+    def sgemm(self, stream: int, ta: int, tb: int, m: int, n: int, k: int, a: int, lda: int,
+              sa: int, b: int, ldb: int, sb: int, c: int, ldc: int, sc: int, batch: int) -> None:
+        lib, handle = self.lib, self.handle
+        self._check(lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+        one, zero = ctypes.byref(self.one), ctypes.byref(self.zero)
+        if batch == 1:
+            status = lib.cublasSgemm_v2(handle, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc)
+        else:
+            status = lib.cublasSgemmStridedBatched(
+                handle, ta, tb, m, n, k, one, a, lda, sa, b, ldb, sb, zero, c, ldc, sc, batch
+            )
+        self._check(status, "cublasSgemm")
 
 
 def _layout(value: Any) -> Any:
