@@ -200,7 +200,8 @@ def test_apply_feedback_changes_tuning_and_code(generated: dict[str, tuple]) -> 
 
 
 def test_registry_is_one_table() -> None:
-    assert lookup("relu").expr == "fmaxf({input}, 0.f)"
+    assert lookup("relu").expr == "sg_max({input}, 0.f)"  # NaN stays NaN, as in PyTorch
+    assert lookup("fmax").expr.startswith("fmaxf")
     assert lookup("clip") is REGISTRY["clamp"]
     kinds = {info.kind for info in REGISTRY.values()}
     assert {"pointwise", "reduction", "norm", "softmax", "gemm", "conv", "view"} <= kinds
@@ -337,3 +338,26 @@ def test_row_ops_fall_back_to_two_passes(row_cases: dict[str, str]) -> None:
 def test_row_op_kernels_compile(row_cases: dict[str, str]) -> None:
     result = nvcc_compile(_one_translation_unit(sorted(row_cases.items())))
     assert result.ok, [d.message for d in result.errors][:5]
+
+
+def test_aten_overloads_bind_by_schema_names(tmp_path: Path) -> None:
+    """aten.batch_norm/instance_norm take weight and bias before the running statistics."""
+    problem = tmp_path / "norms.py"
+    problem.write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.inorm = nn.InstanceNorm2d(8, affine=True)\n"
+        "        self.bn = nn.BatchNorm2d(8)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.bn(self.inorm(x))\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 8, 16, 16)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    ir = capture_program(load_task(problem))
+    by_op = {node.op: node.args for node in ir.nodes}
+    assert by_op["instance_norm"]["weight"].name == "inorm.weight"
+    assert by_op["instance_norm"]["running_mean"] is None
+    assert by_op["batch_norm"]["weight"].name == "bn.weight"
+    assert by_op["batch_norm"]["running_var"].name == "bn.running_var"

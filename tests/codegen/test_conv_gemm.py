@@ -40,6 +40,8 @@ static sg_dim3 blockIdx, threadIdx, gridDim, blockDim;
 #define SG_NAN NAN
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float rsqrtf(float v) { return 1.f / sqrtf(v); }
+static inline float sg_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+static inline float sg_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
 struct float4 { float x, y, z, w; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 """

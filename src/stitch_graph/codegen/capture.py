@@ -160,6 +160,20 @@ def _canonical_name(node: torch.fx.Node) -> str:
     return info.name if info is not None else name
 
 
+def _by_schema_names(
+    target: Any, args: list[Any], kwargs: dict[str, Any], info: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments of an ATen overload by name: its order can differ from the functional form's
+    (``aten.batch_norm`` takes weight and bias before the running statistics)."""
+    names = [a.name for a in target._schema.arguments]
+    known = {n for n, _ in info.params}
+    if not set(names[: len(args)]) <= known | {"cudnn_enabled"}:
+        return args, kwargs  # a schema whose names the registry does not use: keep positions
+    by_name = dict(zip(names, args, strict=False))
+    by_name.update(kwargs)
+    return [], {k: v for k, v in by_name.items() if k in known}
+
+
 def _build_model(namespace: dict[str, Any], init_args: list[Any], device: str) -> torch.nn.Module:
     torch.manual_seed(0)
     with torch.device(device):
@@ -439,6 +453,8 @@ def _lower_call(
             "." + str(fx_node.target) if fx_node.op == "call_method" else _qualname(fx_node.target)
         )
     info = lookup(op)
+    if info is not None and isinstance(fx_node.target, torch._ops.OpOverload):
+        call_args, call_kwargs = _by_schema_names(fx_node.target, call_args, call_kwargs, info)
     bound = info.bind(call_args, call_kwargs) if info is not None else {}
     if info is not None and info.kind == "view" and op in ("view", "permute", "expand"):
         rest = call_args[1:]

@@ -4,9 +4,10 @@ This module only emits; every decision about what to fuse was taken by the sched
 the plan's items), every knob comes from ``Tuning``. Kernel styles: grid-stride pointwise kernels
 with ``__restrict__`` pointers and a float4 twin chosen at run time when all full-size operands are
 16-byte aligned; reductions with one thread, warp or block per row (or two stages when rows are few
-and long); softmax/log-softmax with an online max+sum pass then a write pass; layer/group/batch/
-instance/RMS norms with Welford statistics and fused affine; convolutions (groups=1) as im2col
-by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
+and long); softmax/log-softmax and layer/group/batch/instance/RMS norms (fused affine) with the
+row held in registers (float4 twin; one read, one write) when it fits, else a statistics pass
+(online max+sum, Welford) then a write pass that reads the row again; convolutions (groups=1) as
+im2col by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
 fused; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
 generated run in PyTorch inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 """

@@ -117,8 +117,8 @@ def _op(
 
 # fmt: off
 # ---- pointwise, unary ------------------------------------------------------------------------
-_op("relu", POINTWISE, "input, inplace=False", "fmaxf({input}, 0.f)")
-_op("relu6", POINTWISE, "input, inplace=False", "fminf(fmaxf({input}, 0.f), 6.f)", flops=2)
+_op("relu", POINTWISE, "input, inplace=False", "sg_max({input}, 0.f)")
+_op("relu6", POINTWISE, "input, inplace=False", "sg_min(sg_max({input}, 0.f), 6.f)", flops=2)
 _op("gelu", POINTWISE, "input, approximate='none'", "(0.5f * {input} * (1.f + erff({input} * 0.70710678118654752f)))", flops=8)  # noqa: E501
 _op("gelu_tanh", POINTWISE, "input, approximate='tanh'", "(0.5f * {input} * (1.f + tanhf(0.79788456080286536f * ({input} + 0.044715f * {input} * {input} * {input}))))", flops=12)  # noqa: E501
 _op("sigmoid", POINTWISE, "input", "(1.f / (1.f + expf(-{input})))", flops=4)
@@ -146,20 +146,20 @@ _op("round", POINTWISE, "input", "rintf({input})")
 _op("trunc", POINTWISE, "input", "truncf({input})")
 _op("sign", POINTWISE, "input", "(float)(({input} > 0.f) - ({input} < 0.f))", aliases=("sgn",))
 _op("pow", POINTWISE, "input, exponent", "powf({input}, {exponent})", flops=4)
-_op("clamp", POINTWISE, "input, min=-inf, max=inf", "fminf(fmaxf({input}, {min}), {max})", flops=2, aliases=("clip",))  # noqa: E501
-_op("clamp_min", POINTWISE, "input, min", "fmaxf({input}, {min})")
-_op("clamp_max", POINTWISE, "input, max", "fminf({input}, {max})")
-_op("hardtanh", POINTWISE, "input, min_val=-1.0, max_val=1.0, inplace=False", "fminf(fmaxf({input}, {min_val}), {max_val})", flops=2)  # noqa: E501
+_op("clamp", POINTWISE, "input, min=-inf, max=inf", "sg_min(sg_max({input}, {min}), {max})", flops=2, aliases=("clip",))  # noqa: E501
+_op("clamp_min", POINTWISE, "input, min", "sg_max({input}, {min})")
+_op("clamp_max", POINTWISE, "input, max", "sg_min({input}, {max})")
+_op("hardtanh", POINTWISE, "input, min_val=-1.0, max_val=1.0, inplace=False", "sg_min(sg_max({input}, {min_val}), {max_val})", flops=2)  # noqa: E501
 _op("leaky_relu", POINTWISE, "input, negative_slope=0.01, inplace=False", "({input} > 0.f ? {input} : {input} * {negative_slope})", flops=2)  # noqa: E501
-_op("hardswish", POINTWISE, "input, inplace=False", "({input} * fminf(fmaxf({input} + 3.f, 0.f), 6.f) / 6.f)", flops=4)  # noqa: E501
-_op("hardsigmoid", POINTWISE, "input, inplace=False", "(fminf(fmaxf({input} + 3.f, 0.f), 6.f) / 6.f)", flops=3)  # noqa: E501
+_op("hardswish", POINTWISE, "input, inplace=False", "({input} * sg_min(sg_max({input} + 3.f, 0.f), 6.f) / 6.f)", flops=4)  # noqa: E501
+_op("hardsigmoid", POINTWISE, "input, inplace=False", "(sg_min(sg_max({input} + 3.f, 0.f), 6.f) / 6.f)", flops=3)  # noqa: E501
 _op("softplus", POINTWISE, "input, beta=1.0, threshold=20.0", "({input} * {beta} > {threshold} ? {input} : log1pf(expf({input} * {beta})) / {beta})", flops=6)  # noqa: E501
 _op("elu", POINTWISE, "input, alpha=1.0, inplace=False", "({input} > 0.f ? {input} : {alpha} * expm1f({input}))", flops=4)  # noqa: E501
 _op("selu", POINTWISE, "input, inplace=False", "(1.0507009873554805f * ({input} > 0.f ? {input} : 1.6732632423543772f * expm1f({input})))", flops=5)  # noqa: E501
-_op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "fmaxf({input}, 0.f) + fminf(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
+_op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "sg_max({input}, 0.f) + sg_min(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
 _op("mish", POINTWISE, "input, inplace=False", "({input} * tanhf({input} > 20.f ? {input} : log1pf(expf({input}))))", flops=8)  # noqa: E501
 _op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
-_op("logsigmoid", POINTWISE, "input", "(fminf({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5)  # noqa: E501
+_op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5)  # noqa: E501
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
 _op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
 _op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
@@ -173,8 +173,10 @@ _op("div", POINTWISE, "input, other, rounding_mode=None", "({input} / {other})",
 _op("div_floor", POINTWISE, "input, other, rounding_mode='floor'", "floorf({input} / {other})", aliases=("floordiv",))  # noqa: E501
 _op("remainder", POINTWISE, "input, other", "({input} - floorf({input} / {other}) * {other})", flops=3, aliases=("mod",))  # noqa: E501
 _op("fmod", POINTWISE, "input, other", "fmodf({input}, {other})", flops=3)
-_op("maximum", POINTWISE, "input, other", "fmaxf({input}, {other})", aliases=("fmax",))
-_op("minimum", POINTWISE, "input, other", "fminf({input}, {other})", aliases=("fmin",))
+_op("maximum", POINTWISE, "input, other", "sg_max({input}, {other})")
+_op("minimum", POINTWISE, "input, other", "sg_min({input}, {other})")
+_op("fmax", POINTWISE, "input, other", "fmaxf({input}, {other})", note="ignores NaN, as torch.fmax")
+_op("fmin", POINTWISE, "input, other", "fminf({input}, {other})", note="ignores NaN, as torch.fmin")
 _op("atan2", POINTWISE, "input, other", "atan2f({input}, {other})", flops=8)
 _op("gt", POINTWISE, "input, other", "({input} > {other})", aliases=("greater",))
 _op("lt", POINTWISE, "input, other", "({input} < {other})", aliases=("less",))
