@@ -24,6 +24,7 @@ from stitch_graph.execution._common import (
     refill,
     save,
     set_tf32,
+    timing_draws,
 )
 from stitch_graph.execution.compare import (
     aliases_any,
@@ -205,8 +206,10 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
         try:
             from stitch_graph.execution.timing import time_cuda
 
+            sources = timing_draws(draws, "cuda")
+
             def rotate(i: int) -> None:
-                refill(args, draws[i % len(draws)])
+                refill(args, sources[i % len(sources)])
 
             with torch.no_grad():
                 stats = time_cuda(

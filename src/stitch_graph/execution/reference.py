@@ -33,6 +33,7 @@ from stitch_graph.execution._common import (
     refill,
     save,
     set_tf32,
+    timing_draws,
 )
 from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor
 from stitch_graph.execution.settings import RunSettings
@@ -148,8 +149,10 @@ def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any])
     warmup = int(payload.get("warmup_runs", 5))
     args = clone_to(draws[0], "cuda")
 
+    sources = timing_draws(draws, "cuda")
+
     def rotate(i: int) -> None:
-        refill(args, draws[i % len(draws)])
+        refill(args, sources[i % len(sources)])
 
     flush = make_flush_buffer()
     out: dict[str, Any] = {}

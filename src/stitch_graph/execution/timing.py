@@ -1,7 +1,8 @@
 """GPU timing that a candidate cannot flatter: events, warm-up, flushed L2, rotated inputs.
 
 Every timed run (candidate, eager and ``torch.compile`` alike) is measured the same way:
-``before_each`` refills the inputs in place (so a cache keyed by pointer or content misses), a
+``before_each`` refills the inputs in place (so a cache keyed by pointer or content misses; from
+device-resident draws where they fit, so that the GPU is not left idle by a host transfer), a
 buffer larger than L2 is zeroed (so nothing is served from a warm cache), then events are recorded
 around the call on the current stream. The median of the runs is reported.
 
