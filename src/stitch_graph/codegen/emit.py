@@ -59,6 +59,13 @@ _ACC = {
 _SPLITTABLE = {"sum", "mean", "norm", "amax", "amin", "max", "min", "prod", "logsumexp"}
 
 
+def _column_splits(rows: int, length: int) -> int:
+    """Chunks to cut a column reduction into: enough threads to fill an H200-class GPU
+    (132 SMs x 2048 threads), chunks of at least 32 elements."""
+    wanted = math.ceil(132 * 2048 / max(rows, 1))
+    return max(1, min(wanted, length // 32, 1024))
+
+
 class EmitError(ValueError):
     """The plan asks for something the emitter cannot produce."""
 
@@ -423,6 +430,14 @@ class _Emitter:
             mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
         else:
             mode = "block" if tun.rows_per_block == 1 else "warp"
+        if mode == "thread":
+            # outputs along contiguous memory: one thread per output, and when there are too
+            # few outputs to fill the GPU, the reduced dimension split into chunks as well
+            splits = _column_splits(rows, length)
+            if splits > 1:
+                return self._column_split_reduction(
+                    g, kernel, tun, rows, length, splits, in_idx, index, acc, load_value, finish
+                )
         block = tun.block_size
         if mode == "block":
             block = min(block, 1024)
@@ -475,6 +490,84 @@ class _Emitter:
             "}",
         ]
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _column_split_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        splits: int,
+        in_idx: str,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """Thread per (output, chunk) writing a partial, then thread per output combining them.
+
+        Consecutive threads take consecutive outputs, which lie side by side in memory, so both
+        stages read coalesced; no shared memory or shuffles are needed.
+        """
+        ir = self.ir
+        out = ir.node(g.output)
+        block = min(tun.block_size, 1024)
+        chunk = math.ceil(length / splits)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre, value = load_value(args, env)
+        total = rows * splits
+        stage1 = [
+            f"// stage 1 of a column reduction: {rows} output(s) x {splits} chunk(s) of {chunk}",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part('
+            f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
+            f"  for ({index} t = ({index})blockIdx.x * {block} + threadIdx.x; t < {total}; "
+            f"t += ({index})gridDim.x * {block}) {{",
+            f"    const {index} r = t % {rows};",
+            f"    const {index} s = t / {rows};",
+            f"    const {index} end = min(({index})((s + 1) * {chunk}), ({index}){length});",
+            f"    {acc} acc = {acc}::init();",
+            "    #pragma unroll 4",
+            f"    for ({index} k = s * {chunk}; k < end; ++k) {{",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in pre),
+            f"      acc.update({value}, k);",
+            "    }",
+            f"    reinterpret_cast<{acc}*>(ws)[t] = acc;",
+            "  }",
+            "}",
+        ]
+        args2 = _Args(ir)
+        post, result = finish(args2, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        stage2 = [
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+            f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
+            f"r += ({index})gridDim.x * {block}) {{",
+            f"    const {acc}* part = reinterpret_cast<const {acc}*>(ws);",
+            f"    {acc} acc = part[r];",
+            f"    for (int s = 1; s < {splits}; ++s) acc.combine(part[s * {rows} + r]);",
+            *(f"    {line}" for line in post),
+            f"    out[r] = {result};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(stage1))
+        self.kernels.append("\n".join(stage2))
+        ws = f"_ws_{g.id}"
+        p1 = ", ".join([*(_py(r) for r in args.refs), ws])
+        p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
+        grid1 = max(1, min(math.ceil(total / block), _MAX_GRID))
+        grid2 = max(1, min(math.ceil(rows / block), _MAX_GRID))
+        return [
+            f"{ws} = torch.empty({total * 16}, device=_dev, dtype=torch.uint8)",
+            f"KERNELS.{kernel}_part({grid1}, {block}, {p1})",
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+            f"KERNELS.{kernel}({grid2}, {block}, {p2})",
+        ]
 
     def _split_reduction(
         self,
