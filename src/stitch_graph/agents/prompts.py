@@ -29,7 +29,11 @@ A program has two parts.
    (torch.empty / empty_like), take views and shapes, and launch kernels through the global
    `KERNELS`, already defined for you: `KERNELS.my_kernel(grid, block, *args, shared_mem=0)`.
    Tensors are passed as device pointers; Python numbers are converted to the C types of the
-   kernel's signature. Kernels run on PyTorch's current stream.
+   kernel's signature. Kernels run on PyTorch's current stream. Also on `KERNELS`:
+   `KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch)`, a column-major
+   cuBLAS SGEMM in true FP32 (strided-batched when batch > 1; ta/tb 1 = transposed), and
+   `return KERNELS.graphed(self, self._launch, *inputs)`, which replays a launch-bound forward
+   written as a method `_launch(self, *inputs)` from a CUDA graph.
 Any reference op you leave to PyTorch must be listed in declared_torch_ops (a partial program is
 reported as partial). Computing with undeclared torch ops, caching outputs between calls,
 returning constants, branching on input values, calling torch.compile/Triton or reading the
