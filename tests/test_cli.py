@@ -146,6 +146,25 @@ def test_resume_of_an_unknown_run(capsys):
     assert "no run to resume" in err and "NONEXISTENT" in err
 
 
+def test_a_problem_with_nothing_to_generate_says_what_is_unsupported(tmp_path):
+    problem = tmp_path / "inverse.py"
+    problem.write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.linalg.inv(x)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 8, 8)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    code, stdout, stderr = _run(["optimize", str(problem), "--out", str(tmp_path / "run"),
+                                 "--no-profile", "--quiet"])
+    assert code == 1, stdout + stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["outcome"] == "unsupported", report["summary"]
+    assert "unsupported: " in report["summary"] and "inv" in report["summary"]
+    assert "no program was submitted" in report["summary"]
+
+
 # --------------------------------------------------------------------------------------------
 # A real rule-based run
 

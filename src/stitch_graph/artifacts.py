@@ -350,7 +350,9 @@ class RunReport(BaseModel):
     """What finalize writes: the outcome of the whole run."""
 
     task: str
-    outcome: Literal["verified", "compiled_only", "partial", "no_program", "failed"]
+    outcome: Literal[
+        "verified", "compiled_only", "partial", "unsupported", "no_program", "failed"
+    ]
     rounds: int = 0
     best: BestProgram | None = None
     summary: str = ""

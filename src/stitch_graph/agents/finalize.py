@@ -2,7 +2,8 @@
 
 The outcome is named for what was shown, never more: ``verified`` needs a correct program that
 covers every op; a program that leaves declared ops to PyTorch is ``partial``; a program that
-only compiled (no GPU to run it) is ``compiled_only``.
+only compiled (no GPU to run it) is ``compiled_only``; a plan with nothing the agents can
+generate is ``unsupported``, naming the ops.
 """
 
 from __future__ import annotations
@@ -71,6 +72,15 @@ def build_report(state: dict[str, Any]) -> RunReport:
         summary = f"{name}: no program; {failures[-1].agent} failed: {failures[-1].reason}"
         return RunReport(
             task=name, outcome="failed", rounds=rounds, summary=summary, details=details
+        )
+    if plan is not None and not plan.items and plan.unsupported_ops:
+        summary = (
+            f"{name}: unsupported: "
+            f"{'; '.join(op.removeprefix('unsupported: ') for op in plan.unsupported_ops)} "
+            "(nothing could be generated, so no program was submitted)"
+        )
+        return RunReport(
+            task=name, outcome="unsupported", rounds=rounds, summary=summary, details=details
         )
     feedback = state.get("feedback")
     last = feedback.summary if feedback is not None else "no candidate was produced"
