@@ -2,7 +2,11 @@
 
 Good for kernels whose threads do not talk to each other (grid-stride loops, per-thread
 accumulators): shared memory, barriers and shuffles have no serial meaning, so kernels that use
-them must not be launched here (the prelude that defines them still compiles).
+them must not be launched here (the prelude that defines them still compiles). With
+``cooperative=True`` every thread of a block runs as a coroutine (``ucontext``) instead: a
+``__syncthreads()`` waits for the block's live threads, a shuffle for the live lanes of its warp
+(each lane publishes its value, then reads its partner's), so warp- and block-level reductions
+and scans run with CUDA's semantics, only serially.
 ``_sgemm_cpu`` stands in for the host's cuBLAS helper with the same column-major arguments.
 """
 
@@ -29,15 +33,91 @@ static sg_dim3 blockIdx, threadIdx, gridDim, blockDim;
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 template <class T> static inline T __ldg(const T* p) { return *p; }
-template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 static inline float __int_as_float(int v) { float f; __builtin_memcpy(&f, &v, 4); return f; }
-static inline void __syncthreads() {}
 #define __shared__ static
 using std::min;
 using std::max;
 static inline float rsqrtf(float v) { return 1.f / sqrtf(v); }
 struct float4 { float x, y, z, w; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+"""
+_SERIAL_SYNC = r"""
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+static inline void __syncthreads() {}
+"""
+# block threads as coroutines: barriers and shuffles with CUDA's semantics (all lanes take part)
+_COOPERATIVE_SYNC = r"""
+#include <ucontext.h>
+#include <functional>
+#include <vector>
+struct SgThread { ucontext_t ctx; bool done; };
+static ucontext_t sg_main;
+static std::vector<SgThread> sg_threads;
+static std::vector<char> sg_stacks;
+static const size_t sg_stack_size = 256 * 1024;
+static int sg_cur = 0;
+static std::function<void()> sg_body;
+static unsigned long long sg_slots[1024];
+static int sg_warp_count[32];
+static unsigned sg_warp_gen[32];
+static int sg_block_count;
+static unsigned sg_block_gen;
+static void sg_yield() { swapcontext(&sg_threads[sg_cur].ctx, &sg_main); }
+static int sg_alive(int first, int count) {
+  int n = 0;
+  for (int t = first; t < first + count && t < (int)sg_threads.size(); ++t) n += !sg_threads[t].done;
+  return n;
+}
+static void sg_wait(int* count, unsigned* gen, int alive) {
+  const unsigned g = *gen;
+  if (++*count >= alive) { *count = 0; ++*gen; return; }
+  while (*gen == g) sg_yield();
+}
+static void sg_warp_sync() { const int w = sg_cur >> 5; sg_wait(&sg_warp_count[w], &sg_warp_gen[w], sg_alive(w * 32, 32)); }
+static inline void __syncthreads() { sg_wait(&sg_block_count, &sg_block_gen, sg_alive(0, sg_threads.size())); }
+template <class T> static T sg_exchange(T v, int lane) {
+  __builtin_memcpy(&sg_slots[sg_cur], &v, sizeof(T));
+  sg_warp_sync();
+  T r;
+  __builtin_memcpy(&r, &sg_slots[(sg_cur & ~31) + lane], sizeof(T));
+  sg_warp_sync();
+  return r;
+}
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) { return sg_exchange(v, (sg_cur & 31) ^ o); }
+template <class T> static inline T __shfl_sync(unsigned, T v, int src) { return sg_exchange(v, src & 31); }
+template <class T> static inline T __shfl_up_sync(unsigned, T v, int o) {
+  const int lane = sg_cur & 31;
+  return sg_exchange(v, lane >= o ? lane - o : lane);
+}
+static void sg_entry() { sg_body(); sg_threads[sg_cur].done = true; }
+static void sg_run_block(unsigned threads) {
+  sg_threads.assign(threads, SgThread());
+  if (sg_stacks.size() < threads * sg_stack_size) sg_stacks.resize(threads * sg_stack_size);
+  for (int w = 0; w < 32; ++w) { sg_warp_count[w] = 0; }
+  sg_block_count = 0;
+  for (unsigned t = 0; t < threads; ++t) {
+    getcontext(&sg_threads[t].ctx);
+    sg_threads[t].ctx.uc_stack.ss_sp = sg_stacks.data() + t * sg_stack_size;
+    sg_threads[t].ctx.uc_stack.ss_size = sg_stack_size;
+    sg_threads[t].ctx.uc_link = &sg_main;
+    sg_threads[t].done = false;
+    makecontext(&sg_threads[t].ctx, sg_entry, 0);
+  }
+  for (bool left = true; left;) {
+    left = false;
+    for (unsigned t = 0; t < threads; ++t) {
+      if (sg_threads[t].done) continue;
+      sg_cur = t;
+      threadIdx = {t, 0, 0};
+      swapcontext(&sg_main, &sg_threads[t].ctx);
+      if (!sg_threads[t].done) { left = true; continue; }
+      // a finished thread no longer holds its warp or block back
+      const int w = t >> 5;
+      if (sg_warp_count[w] && sg_warp_count[w] >= sg_alive(w * 32, 32)) { sg_warp_count[w] = 0; ++sg_warp_gen[w]; }
+      if (sg_block_count && sg_block_count >= sg_alive(0, threads)) { sg_block_count = 0; ++sg_block_gen; }
+    }
+  }
+}
 """
 # what the prelude would have defined, for bodies compiled without it
 _PRELUDE_STANDINS = r"""
@@ -53,10 +133,18 @@ _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "float": ctypes.
 class CpuKernels:
     """``KERNELS`` for CPU tensors: each kernel runs serially over grid x block threads."""
 
-    def __init__(self, kernel_source: str, workdir: Path, *, with_prelude: bool = False) -> None:
+    def __init__(
+        self,
+        kernel_source: str,
+        workdir: Path,
+        *,
+        with_prelude: bool = False,
+        cooperative: bool = False,
+    ) -> None:
         assert kernel_source.startswith(PRELUDE)
         body = kernel_source[len(PRELUDE) :]
-        head = _SHIM + (PRELUDE if with_prelude else _PRELUDE_STANDINS)
+        sync = _COOPERATIVE_SYNC if cooperative else _SERIAL_SYNC
+        head = _SHIM + sync + (PRELUDE if with_prelude or cooperative else _PRELUDE_STANDINS)
         wrappers, self.params = [], {}
         for name, params in _KERNEL.findall(body):
             parts = [p.strip() for p in params.split(",")]
@@ -66,13 +154,24 @@ class CpuKernels:
                 for p in parts
             ]
             self.params[name] = types
+            if cooperative:
+                launch = (
+                    "  for (unsigned bx = 0; bx < g; ++bx) {\n"
+                    "    blockIdx = {bx, 0, 0};\n"
+                    f"    sg_body = [&]() {{ {name}({', '.join(names)}); }};\n"
+                    "    sg_run_block(b);\n"
+                    "  }\n"
+                )
+            else:
+                launch = (
+                    "  for (unsigned bx = 0; bx < g; ++bx) for (unsigned tx = 0; tx < b; ++tx) {\n"
+                    "    blockIdx = {bx, 0, 0}; threadIdx = {tx, 0, 0};\n"
+                    f"    {name}({', '.join(names)});\n"
+                    "  }\n"
+                )
             wrappers.append(
                 f'extern "C" void run_{name}(unsigned g, unsigned b, {params}) {{\n'
-                "  gridDim = {g, 1, 1}; blockDim = {b, 1, 1};\n"
-                "  for (unsigned bx = 0; bx < g; ++bx) for (unsigned tx = 0; tx < b; ++tx) {\n"
-                "    blockIdx = {bx, 0, 0}; threadIdx = {tx, 0, 0};\n"
-                f"    {name}({', '.join(names)});\n"
-                "  }\n}"
+                "  gridDim = {g, 1, 1}; blockDim = {b, 1, 1};\n" + launch + "}"
             )
         src = workdir / "kernels.cpp"
         src.write_text(head + body + "\n" + "\n".join(wrappers) + "\n")
@@ -85,6 +184,10 @@ class CpuKernels:
         )
         self.lib = ctypes.CDLL(str(lib))
         self.launched: list[str] = []
+
+    def graphed(self, module: Any, launch: Any, *args: Any) -> Any:
+        """The runtime's CUDA-graph replay, here a plain call of the launch function."""
+        return launch(*args)
 
     def __getattr__(self, name: str) -> Any:
         types = self.params[name]
@@ -105,8 +208,13 @@ class CpuKernels:
 def _matrices(
     t: torch.Tensor, rows: int, cols: int, ld: int, stride: int, count: int
 ) -> np.ndarray:
-    """The column-major ``rows x cols`` matrices cuBLAS sees at ``t`` (``count`` of them)."""
-    assert t.is_contiguous() and t.dtype == torch.float32
+    """The column-major ``rows x cols`` matrices cuBLAS sees at ``t`` (``count`` of them).
+
+    A strided view (a transposed operand) is read from its storage, as cuBLAS reads its pointer.
+    """
+    assert t.dtype == torch.float32
+    if not t.is_contiguous():
+        t = t.as_strided((t.untyped_storage().nbytes() // 4 - t.storage_offset(),), (1,))
     assert ld >= max(1, rows), (ld, rows)
     flat = t.detach().numpy().reshape(-1)
     last = (count - 1) * stride + (rows - 1) + (cols - 1) * ld

@@ -12,6 +12,9 @@ its arguments bound to the op registry's signature names.
 
 from __future__ import annotations
 
+import builtins
+import copy
+import math
 import operator
 from typing import Any
 
@@ -28,7 +31,7 @@ from stitch_graph.codegen.ir import (
     contiguous_strides,
     matrix_layout,
 )
-from stitch_graph.codegen.ops import REGISTRY, lookup
+from stitch_graph.codegen.ops import REGISTRY, OpInfo, lookup, parse_signature
 
 __all__ = ["CaptureError", "capture_program"]
 
@@ -64,6 +67,7 @@ class CaptureError(RuntimeError):
 
 _LEAF_MODULES = (
     torch.nn.modules.batchnorm._BatchNorm,
+    torch.nn.modules.instancenorm._InstanceNorm,
     torch.nn.GroupNorm,
     torch.nn.LayerNorm,
 )
@@ -77,7 +81,7 @@ class _ThroughTracer(torch.fx.Tracer):
 
 
 def _module_call(
-    module: torch.nn.Module, path: str, x: Any
+    module: torch.nn.Module, path: str, x: Any, ndim: int
 ) -> tuple[str, list[Any], dict[str, Any]]:
     """The functional call a leaf module stands for, with its tensors as ``Ref``."""
 
@@ -92,6 +96,18 @@ def _module_call(
     if isinstance(module, torch.nn.GroupNorm):
         args = [x, module.num_groups, param("weight"), param("bias"), module.eps]
         return "torch.nn.functional.group_norm", args, {}
+    if isinstance(module, torch.nn.modules.instancenorm._InstanceNorm):
+        if ndim == module._get_no_batch_dim():
+            msg = f"{path}: {type(module).__name__} on an unbatched input is not supported"
+            raise CaptureError(msg)
+        use_input_stats = module.training or not module.track_running_stats
+        args = [x, param("running_mean"), param("running_var"), param("weight"), param("bias")]
+        kwargs = {
+            "use_input_stats": use_input_stats,
+            "momentum": module.momentum or 0.0,
+            "eps": module.eps,
+        }
+        return "torch.nn.functional.instance_norm", args, kwargs
     if isinstance(module, torch.nn.LayerNorm):
         shape = list(module.normalized_shape)
         return (
@@ -110,6 +126,19 @@ class _RecordingShapeProp(ShapeProp):
         result = super().run_node(n)
         n.meta["sg_value"] = result
         return result
+
+    def call_function(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        return super().call_function(target, args, _on_meta(kwargs))
+
+    def call_method(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        return super().call_method(target, args, _on_meta(kwargs))
+
+
+def _on_meta(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments with any device (``.to(device=cpu)`` of an export) on meta."""
+    if kwargs.get("device") not in (None, "meta", torch.device("meta")):
+        return {**kwargs, "device": torch.device("meta")}
+    return kwargs
 
 
 _QUALNAMES: dict[int, str] = {}
@@ -181,6 +210,13 @@ def _build_model(namespace: dict[str, Any], init_args: list[Any], device: str) -
     return model
 
 
+def _meta_model(namespace: dict[str, Any], init_args: list[Any]) -> torch.nn.Module:
+    try:
+        return _build_model(namespace, init_args, "meta")
+    except Exception:  # noqa: BLE001 - e.g. .item() on a meta tensor in __init__: build on the CPU
+        return _build_model(namespace, init_args, "cpu").to("meta")
+
+
 def _meta_inputs(task: Task, namespace: dict[str, Any]) -> tuple[list[Any], list[str | None]]:
     """Meta tensors (or plain values) for the forward arguments, and their dtypes."""
     if task.inputs:
@@ -206,14 +242,77 @@ def _meta_inputs(task: Task, namespace: dict[str, Any]) -> tuple[list[Any], list
     return values, dtypes
 
 
+def _checked_trace(
+    namespace: dict[str, Any],
+    init_args: list[Any],
+    model: torch.nn.Module,
+    args: list[Any],
+    device: str = "meta",
+) -> tuple[torch.nn.Module, torch.fx.GraphModule, str]:
+    """Trace ``model``; when the fx graph does not run on meta tensors (a forward that assigns
+    module attributes, say), export a freshly built model instead."""
+    gm, method = _trace(model, args)
+    if method != "fx":
+        return model, gm, method
+    try:
+        _RecordingShapeProp(copy.deepcopy(gm).to("meta")).propagate(*args)
+    except Exception:  # noqa: BLE001
+        model = (
+            _meta_model(namespace, init_args)
+            if device == "meta"
+            else _build_model(namespace, init_args, device)
+        )
+        return model, _export(model, args), "export"
+    return model, gm, method
+
+
+def _graph_to_meta(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Parameters, buffers and plain tensor attributes the graph reads, moved to meta."""
+    gm = gm.to("meta")
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        *path, leaf = str(node.target).split(".")
+        owner: Any = gm
+        for part in path:
+            owner = getattr(owner, part)
+        value = getattr(owner, leaf, None)
+        if torch.is_tensor(value) and value.device.type != "meta":
+            if isinstance(value, torch.nn.Parameter):
+                continue
+            try:
+                setattr(owner, leaf, value.to("meta"))
+            except Exception:  # noqa: BLE001, S112 - leave an attribute that cannot be set
+                continue
+    return gm
+
+
+def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
+    tensors = [*model.parameters(), *model.buffers()]
+    tensors += [v for m in model.modules() for v in vars(m).values() if torch.is_tensor(v)]
+    if any(t.device.type == "cpu" for t in tensors):
+        # a model that lives on the CPU (its constants hold values): export it on fake CPU
+        # inputs rather than on meta ones, whose device would not match
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            args = [
+                torch.empty(a.shape, dtype=a.dtype) if torch.is_tensor(a) else a for a in args
+            ]
+    try:
+        return torch.export.export(model, tuple(args)).module()
+    except Exception as error:  # noqa: BLE001
+        msg = f"the fx trace does not run and torch.export failed ({error})"
+        raise CaptureError(msg) from error
+
+
 def _trace(model: torch.nn.Module, args: list[Any]) -> tuple[torch.fx.GraphModule, str]:
     try:
         graph = _ThroughTracer().trace(model)
         return torch.fx.GraphModule(model, graph), "fx"
     except Exception as fx_error:  # noqa: BLE001 - any trace failure falls back to export
         try:
-            program = torch.export.export(model, tuple(args))
-            return program.module(), "export"
+            return _export(model, args), "export"
         except Exception as export_error:  # noqa: BLE001
             msg = f"fx trace failed ({fx_error}); torch.export failed too ({export_error})"
             raise CaptureError(msg) from export_error
@@ -240,18 +339,19 @@ def capture_program(task: Task) -> ProgramIR:
     init_args = list(task.init_args)
     if not init_args and "get_init_inputs" in namespace and not task.inputs:
         init_args = list(namespace["get_init_inputs"]())
-    model = _build_model(namespace, init_args, "meta")
+    model = _meta_model(namespace, init_args)
     args, in_dtypes = _meta_inputs(task, namespace)
-    gm, method = _trace(model, args)
+    model, gm, method = _checked_trace(namespace, init_args, model, args)
     state = model.state_dict()
     needs_values = any(n.op == "get_attr" and n.target not in state for n in gm.graph.nodes) or any(
         name in m._non_persistent_buffers_set
         for _, m in model.named_modules()
         for name in m._buffers
     )
-    if needs_values:
+    on_meta = any(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
+    if needs_values and on_meta:
         model = _build_model(namespace, init_args, "cpu")
-        gm, method = _trace(model, args)
+        model, gm, method = _checked_trace(namespace, init_args, model, args, "cpu")
         state = model.state_dict()
     return _lower(task, model, gm, method, args, in_dtypes, state)
 
@@ -291,14 +391,21 @@ def _lower(
     in_dtypes: list[str | None],
     state: dict[str, torch.Tensor],
 ) -> ProgramIR:
-    meta_gm = gm.to("meta") if method == "fx" else gm
+    params = _param_specs(model)  # before the move to meta: baked buffers keep their values
+    known = {p.name for p in params}
+    constants: dict[str, Any] = {}
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "get_attr" and str(fx_node.target) not in known:
+            tensor = _fetch_attr(gm, str(fx_node.target))
+            if torch.is_tensor(tensor) and tensor.device.type != "meta":
+                tensor = tensor.detach().clone()
+            constants[str(fx_node.target)] = tensor
+    meta_gm = _graph_to_meta(gm)
     try:
         _RecordingShapeProp(meta_gm).propagate(*args)
     except Exception as error:  # noqa: BLE001
         msg = f"shape propagation on meta tensors failed: {error}"
         raise CaptureError(msg) from error
-    params = _param_specs(model)
-    known = {p.name for p in params}
     ir = ProgramIR(
         task=task,
         inputs=[],
@@ -318,6 +425,7 @@ def _lower(
         ir.dtypes[ref] = spec.dtype
         ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
     targets: dict[str, Any] = {}
+    hazards: list[tuple[Ref, int, str]] = []  # in-place writes through views
     placeholder_index = 0
     for fx_node in meta_gm.graph.nodes:
         value = fx_node.meta.get("sg_value")
@@ -341,11 +449,12 @@ def _lower(
         if fx_node.op == "get_attr":
             target = str(fx_node.target)
             if target not in known:
-                tensor = _fetch_attr(gm, target)
+                tensor = constants.get(target, _fetch_attr(gm, target))
                 if not torch.is_tensor(tensor):
                     env[fx_node.name] = tensor
                     continue
-                baked = tensor.detach().flatten().tolist() if tensor.numel() <= _MAX_BAKED else None
+                small = tensor.numel() <= _MAX_BAKED and tensor.device.type != "meta"
+                baked = tensor.detach().flatten().tolist() if small else None
                 if baked is None:
                     ir.notes.append(f"constant {target} is too large to bake into host code")
                 spec = ParamSpec(
@@ -374,8 +483,17 @@ def _lower(
             continue
         if fx_node.op == "call_module" and str(fx_node.target) == "_guards_fn":
             continue
+        if fx_node.op == "call_function" and fx_node.target is operator.setitem:
+            msg = f"{fx_node.name}: assignment into a tensor (x[...] = v) in forward is not supported"
+            raise CaptureError(msg)
         if not torch.is_tensor(value) and not _is_tensor_seq(value):
             env[fx_node.name] = value  # sizes, shapes and other Python values fold to constants
+            continue
+        if _bake_factory(ir, fx_node, env, ours, value):
+            continue
+        decomposed = _decompose(ir, fx_node, env, ours) if torch.is_tensor(value) else None
+        if decomposed is not None:
+            env[fx_node.name] = decomposed
             continue
         if _is_buffer_update(fx_node, env):
             ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")
@@ -388,6 +506,11 @@ def _lower(
         ref = Ref("node", node.name)
         env[fx_node.name] = ref
         ours[ref] = _our_layout(ir, node, fx_node, ours, value)
+        if node.op == "unfold" and torch.is_tensor(ours[ref]):
+            # the same view spelled as_strided, which reads as a view (Tensor.unfold as compute)
+            node.call = ".as_strided"
+            node.call_args = [node.args["input"], list(ours[ref].shape), list(ours[ref].stride())]
+            node.call_kwargs = {}
         if torch.is_tensor(ours[ref]):
             ir.shapes[ref] = tuple(ours[ref].shape)
             ir.strides[ref] = tuple(ours[ref].stride())
@@ -395,9 +518,70 @@ def _lower(
         else:
             ir.shapes[ref] = ()
             ir.dtypes[ref] = "tuple"
+        base = _rebind_mutated(ir, fx_node, env, ref)
+        if base is not None:
+            hazards.append((base, len(ir.nodes), fx_node.name))
+    for base, position, name in hazards:
+        later = [n for n in ir.nodes[position:] if base in n.tensor_refs()]
+        if later or base in ir.outputs:
+            msg = f"{name}: an in-place op writes through a view into a tensor read later"
+            raise CaptureError(msg)
     _eliminate_dead(ir)
     _insert_copies(ir)
     return ir
+
+
+def _bake_factory(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any], value: Any
+) -> bool:
+    """A tensor built in ``forward`` from constants alone (``torch.tensor(0.5)``) becomes a
+    baked, non-persistent buffer; ``False`` (nothing done) for anything else."""
+    if fx_node.op != "call_function" or not torch.is_tensor(value):
+        return False
+    target = fx_node.target
+    name = (
+        target.overloadpacket.__name__
+        if isinstance(target, torch._ops.OpOverload)
+        else getattr(target, "__name__", "")
+    )
+    if name not in _FACTORIES or value.numel() > _MAX_BAKED:
+        return False
+    args = _subst(fx_node.args, env)
+    kwargs = dict(_subst(fx_node.kwargs, env))
+    if any(isinstance(r, Ref) for r in _flat(args) + _flat(list(kwargs.values()))):
+        return False
+    kwargs["device"] = "cpu"
+    kwargs.pop("pin_memory", None)
+    try:
+        tensor = getattr(torch, name)(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not a plain constant after all: keep the call
+        return False
+    if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
+        return False
+    spec = ParamSpec(
+        f"_const_{fx_node.name}",
+        tuple(tensor.shape),
+        str(tensor.dtype).removeprefix("torch."),
+        buffer=True,
+        persistent=False,
+        value=tensor.flatten().tolist(),
+    )
+    ir.params.append(spec)
+    ref = Ref("param", spec.name)
+    ir.shapes[ref] = spec.shape
+    ir.strides[ref] = contiguous_strides(spec.shape)
+    ir.dtypes[ref] = spec.dtype
+    ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
+    env[fx_node.name] = ref
+    return True
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, dict):
+        return _flat(list(value.values()))
+    return [value]
 
 
 def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
@@ -405,6 +589,42 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+_INPLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def _rebind_mutated(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ref: Ref
+) -> Ref | None:
+    """After an in-place op (``x.relu_()``, ``F.relu(x, inplace=True)``, ``x += y``) the
+    mutated tensor holds the result: later reads of ``x`` read ``ref``. A view's base changes
+    too, which the IR cannot express: that base is returned (reading it later is an error)."""
+    target = fx_node.target
+    name = (
+        target.overloadpacket.__name__
+        if isinstance(target, torch._ops.OpOverload)
+        else str(target) if fx_node.op == "call_method" else getattr(target, "__name__", "")
+    )
+    inplace = (
+        (name.endswith("_") and not name.endswith("__"))
+        or fx_node.kwargs.get("inplace") is True
+        or target in _INPLACE_OPERATORS
+    )
+    first = fx_node.args[0] if fx_node.args else None
+    if not inplace or not isinstance(first, torch.fx.Node):
+        return None
+    mutated = env.get(first.name)
+    if not isinstance(mutated, Ref) or mutated.kind == "param" or mutated == ref:
+        return None
+    if ir.shapes.get(mutated) == ir.shapes.get(ref):
+        env[first.name] = ref
+    producer = _node_of(ir, mutated)
+    info = lookup(producer.op) if producer is not None else None
+    if producer is not None and info is not None and info.kind == "view":
+        base = producer.args.get("input")
+        return base if isinstance(base, Ref) else None
+    return None
 
 
 def _is_tensor_seq(value: Any) -> bool:
@@ -433,6 +653,102 @@ def _subst(value: Any, env: dict[str, Any]) -> Any:
     return value
 
 
+_FACTORIES = frozenset(
+    {"tensor", "as_tensor", "scalar_tensor", "full", "zeros", "ones", "arange", "linspace", "eye"}
+)
+# ATen overloads (programs captured by torch.export) whose public callable is not torch.<name>
+_ATEN_IDENTITIES = frozenset({"alias", "lift_fresh_copy", "lift_fresh", "detach", "clone"})
+
+
+def _overload_call(target: Any, first: Any) -> str:
+    """A public callable for an ATen overload, for host code (``torch.ops`` is not for programs).
+
+    Tensor methods and ``torch.<name>`` take the arguments in the schema's order; the
+    ``torch._C._nn`` functions are exposed as ``torch.nn.functional``, the ``linalg_``, ``special_``
+    and ``fft_`` families under their namespaces.
+    """
+    import torch.nn.functional as F  # noqa: N812
+
+    name = target.overloadpacket.__name__
+    arguments = target._schema.arguments
+    is_self = bool(arguments) and arguments[0].name == "self"  # where(condition, ...) is not
+    if isinstance(first, Ref) and is_self and not name.startswith("_") and hasattr(torch.Tensor, name):  # noqa: E501
+        return "." + name
+    if callable(getattr(torch._C._VariableFunctions, name, None)) and hasattr(torch, name):
+        return f"torch.{name}"
+    if hasattr(torch._C._nn, name) and hasattr(F, name):
+        return f"torch.nn.functional.{name}"
+    for prefix, space in (("linalg_", "linalg"), ("special_", "special"), ("fft_", "fft")):
+        rest = name.removeprefix(prefix)
+        if name.startswith(prefix) and callable(getattr(getattr(torch, space), rest, None)):
+            return f"torch.{space}.{rest}"
+    return f"torch.ops.{target}"
+
+
+def fx_node_call(fx_node: torch.fx.Node) -> str:
+    """How host code spells the traced call (a method, a public function or an ATen op)."""
+    if fx_node.op == "call_method":
+        return "." + str(fx_node.target)
+    if isinstance(fx_node.target, torch._ops.OpOverload):
+        return _overload_call(fx_node.target, None)
+    return _qualname(fx_node.target)
+
+
+def _rewrite_call(
+    ir: ProgramIR, fx_node: torch.fx.Node, call_args: list[Any], call_kwargs: dict[str, Any]
+) -> tuple[str, str, list[Any], dict[str, Any]] | None:
+    """``(op, call, args, kwargs)`` for calls that need another spelling in host code.
+
+    ``x.T`` / ``x.mT`` (traced as ``getattr``) become ``permute`` / ``transpose``, ``x.data`` an
+    identity; an ATen ``slice`` becomes basic indexing; other ATen overloads get their public
+    callable. ``None``: keep the traced call.
+    """
+    target = fx_node.target
+    first = call_args[0] if call_args else None
+    if target is builtins.getattr and isinstance(first, Ref) and len(call_args) == 2:
+        attr = call_args[1]
+        if ir.dtypes.get(first) == "tuple" and attr in ("values", "indices"):
+            # torch.max(x, dim).values: the named tuple's fields are its items 0 and 1
+            return "getitem", "operator.getitem", [first, int(attr == "indices")], {}
+        nd = len(ir.shapes[first])
+        if attr in ("T", "H") or (attr in ("mT", "mH") and nd == 2):
+            return "permute", ".permute", [first, list(range(nd - 1, -1, -1))], {}
+        if attr in ("mT", "mH"):
+            return "transpose", ".transpose", [first, -2, -1], {}
+        if attr in ("data", "real"):
+            return "identity", ".detach", [first], {}
+        return f"getattr_{attr}", "getattr", list(call_args), {}
+    if target is torch.nn.functional.unfold:  # im2col, not the Tensor.unfold view
+        return "im2col", "torch.nn.functional.unfold", call_args, call_kwargs
+    name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
+    if (str(target) == "copy_" or name == "copy_") and len(call_args) >= 2:
+        dst, src = call_args[0], call_args[1]
+        if isinstance(dst, Ref) and isinstance(src, Ref) and ir.shapes[dst] == ir.shapes[src]:
+            return "copy", ".clone", [src], {}  # dst.copy_(src) holds src's values
+        return "copy_", fx_node_call(fx_node), call_args, call_kwargs
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    if name in _ATEN_IDENTITIES and isinstance(first, Ref):
+        return "identity", ".detach", [first], {}
+    if name == "index" and isinstance(first, Ref) and len(call_args) == 2:
+        # aten.index(x, [i, None, j]) is x[i, :, j] (Tensor.index is something else)
+        index = tuple(slice(None) if i is None else i for i in call_args[1])
+        return "index", "operator.getitem", [first, index], {}
+    if name == "slice" and isinstance(first, Ref):
+        given = list(call_args[1:5])
+        dim, start, end, step = given + [0, None, None, 1][len(given) :]
+        dim = call_kwargs.get("dim", dim)
+        start, end = call_kwargs.get("start", start), call_kwargs.get("end", end)
+        step = call_kwargs.get("step", step)
+        nd = len(ir.shapes[first])
+        index = tuple(
+            [slice(None)] * (int(dim) % nd)
+            + [slice(start, end if end is None or end < 2**62 else None, step)]
+        )
+        return "getitem", "operator.getitem", [first, index], {}
+    return _canonical_name(fx_node), _overload_call(target, first), call_args, call_kwargs
+
+
 def _lower_call(
     ir: ProgramIR,
     fx_node: torch.fx.Node,
@@ -440,22 +756,49 @@ def _lower_call(
     value: Any,
     root: torch.nn.Module,
 ) -> OpNode | None:
+    bind_args: list[Any] | None = None
+    bind_kwargs: dict[str, Any] = {}
     if fx_node.op == "call_module":
         path = str(fx_node.target)
         x = _subst(fx_node.args[0], env)
-        call, call_args, call_kwargs = _module_call(root.get_submodule(path), path, x)
+        ndim = len(ir.shapes[x]) if isinstance(x, Ref) else 0
+        call, call_args, call_kwargs = _module_call(root.get_submodule(path), path, x, ndim)
         op = call.rsplit(".", 1)[1]
     else:
-        op = _canonical_name(fx_node)
         call_args = list(_subst(fx_node.args, env))
         call_kwargs = dict(_subst(fx_node.kwargs, env))
-        call = (
-            "." + str(fx_node.target) if fx_node.op == "call_method" else _qualname(fx_node.target)
-        )
+        rewritten = _rewrite_call(ir, fx_node, call_args, call_kwargs)
+        if rewritten is not None:
+            op, call, call_args, call_kwargs = rewritten
+        else:
+            op = _canonical_name(fx_node)
+            call = (
+                "." + str(fx_node.target)
+                if fx_node.op == "call_method"
+                else _qualname(fx_node.target)
+            )
+        info = lookup(op)
+        short = call.removeprefix("torch.")
+        if (
+            info is not None
+            and info.kind == "view"
+            and call_args
+            and isinstance(call_args[0], Ref)
+            and "." not in short
+            and short != call
+            and hasattr(torch.Tensor, short)
+        ):
+            call = "." + short  # torch.flatten(x, 1) -> x.flatten(1): a view, not compute
+        if info is not None and isinstance(fx_node.target, torch._ops.OpOverload):
+            bind_args, bind_kwargs = _by_schema_names(fx_node.target, call_args, call_kwargs, info)
     info = lookup(op)
-    if info is not None and isinstance(fx_node.target, torch._ops.OpOverload):
-        call_args, call_kwargs = _by_schema_names(fx_node.target, call_args, call_kwargs, info)
-    bound = info.bind(call_args, call_kwargs) if info is not None else {}
+    if bind_args is None:
+        bind_args, bind_kwargs = call_args, call_kwargs
+    # an unknown op keeps every argument, so that its tensor operands still count as read
+    bound = info.bind(bind_args, bind_kwargs) if info is not None else {
+        "*args": list(bind_args),
+        **bind_kwargs,
+    }
     if info is not None and info.kind == "view" and op in ("view", "permute", "expand"):
         rest = call_args[1:]
         bound = {"input": call_args[0], "shape": rest[0] if len(rest) == 1 else rest}
@@ -518,11 +861,23 @@ def _variant(
         return "batch_norm_eval", bound, attrs
     if op == "dropout" and bound.get("training") and bound.get("p", 0.5) > 0:
         return "dropout_train", bound, attrs
+    if op.startswith(("adaptive_avg_pool", "adaptive_max_pool")) and isinstance(
+        bound.get("input"), Ref
+    ):
+        nd = int(op[-2])
+        if len(shape) > nd and all(d == 1 for d in shape[-nd:]) and not bound.get("return_indices"):
+            # a global pooling is a reduction over the spatial dims (rows of warps or blocks)
+            reduced = "mean" if "avg" in op else "amax"
+            dims = list(range(-nd, 0))
+            return reduced, {"input": bound["input"], "dim": dims, "keepdim": True}, attrs
+    if op == "linalg_vector_norm" and bound.get("ord") in (2, 2.0):
+        keep = {"input": bound["input"], "p": 2, "dim": bound.get("dim"), "keepdim": bound.get("keepdim", False)}  # noqa: E501
+        return "norm", keep, attrs
     if op == "norm" and bound.get("p") not in ("fro", 2, 2.0):
         return "norm_p", bound, attrs
     if op in ("softmax", "log_softmax") and bound.get("dim") is None:
         return f"{op}_implicit_dim", bound, attrs
-    if op in ("to", "type_as", "type", "float") and isinstance(call_args[0], Ref):
+    if op in ("to", "type_as", "type", "float") and call_args and isinstance(call_args[0], Ref):
         if ir.dtypes.get(call_args[0]) == str(fx_node.meta["sg_value"].dtype).removeprefix(
             "torch."
         ):
@@ -569,6 +924,8 @@ def _our_layout(
             kwargs = _to_meta(node.call_kwargs, ours)
             if node.call.startswith("."):
                 return getattr(args[0], node.call[1:])(*args[1:], **kwargs)
+            if node.call == "operator.getitem":
+                return operator.getitem(*args)
             return fx_node.target(*args, **kwargs)
         except Exception:  # noqa: BLE001 - fall back to the reference's layout
             pass
@@ -600,7 +957,7 @@ def _materialise_output(ir: ProgramIR, ref: Any, ours: dict[Ref, Any]) -> Ref:
     return out
 
 
-_NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv")
+_NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv", "pool", "scan")
 _RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias of view
 
 
@@ -612,12 +969,13 @@ def _insert_copies(ir: ProgramIR) -> None:
         keys: tuple[str, ...] = ()
         if info is not None and (info.kind in _NEEDS_CONTIGUOUS or node.op in _RESHAPES):
             keys = ("input",)
-        elif info is not None and info.kind == "gemm" and node.op != "linear":
-            keys = ("mat1", "mat2") if node.op == "addmm" else ("input", "other")
+        elif info is not None and info.kind == "gemm":
+            gemm_keys = {"addmm": ("mat1", "mat2"), "linear": ("input", "weight")}
+            keys = gemm_keys.get(node.op, ("input", "other"))
         for key in keys:
             src = node.args.get(key)
             needs = isinstance(src, Ref) and src.kind == "node" and not ir.is_contiguous(src)
-            if needs and info.kind == "gemm":
+            if needs and info.kind == "gemm" and node.op != "linear":
                 needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
             if needs:
                 name = f"{node.name}_{key}"
@@ -644,3 +1002,246 @@ def _eliminate_dead(ir: ProgramIR) -> None:
         if not dead:
             return
         ir.nodes = [n for n in ir.nodes if n.name not in dead]
+
+
+# ---- decompositions: composite functional calls lowered to registry ops ------------------------
+
+
+class _Builder:
+    """Appends canonical nodes for a decomposed call, shapes from meta tensors."""
+
+    def __init__(self, ir: ProgramIR, ours: dict[Ref, Any], name: str) -> None:
+        self.ir, self.ours, self.name, self.count = ir, ours, name, 0
+
+    def __call__(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Ref:
+        meta_args = _to_meta(list(args), self.ours)
+        meta_kwargs = _to_meta(dict(kwargs), self.ours)
+        if isinstance(fn, str):
+            meta = getattr(meta_args[0], fn)(*meta_args[1:], **meta_kwargs)
+            call = "." + fn
+        else:
+            meta = fn(*meta_args, **meta_kwargs)
+            call = _qualname(fn)
+        self.count += 1
+        name = f"{self.name}__{self.count}"
+        info = lookup(op)
+        if info is None:
+            msg = f"decomposition uses {op}, which is not in the op registry"
+            raise CaptureError(msg)
+        bound = info.bind(list(args), dict(kwargs))
+        if info.kind == "view" and op in ("view", "permute", "expand"):
+            rest = list(args[1:])
+            bound = {"input": args[0], "shape": rest[0] if len(rest) == 1 else rest}
+        dtype = str(meta.dtype).removeprefix("torch.")
+        node = OpNode(name, op, bound, tuple(meta.shape), dtype, call, list(args), dict(kwargs))
+        self.ir.nodes.append(node)
+        ref = Ref("node", name)
+        layout = meta if info.kind == "view" else torch.empty(meta.shape, dtype=meta.dtype, device="meta")  # noqa: E501
+        self.ours[ref] = layout
+        self.ir.shapes[ref] = tuple(layout.shape)
+        self.ir.strides[ref] = tuple(layout.stride())
+        self.ir.dtypes[ref] = dtype
+        return ref
+
+
+def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:
+    if reduction == "none":
+        return elem
+    if reduction == "mean":
+        return b("mean", torch.mean, elem)
+    if reduction == "sum":
+        return b("sum", torch.sum, elem)
+    if reduction == "batchmean" and batch:
+        return b("div", torch.div, b("sum", torch.sum, elem), float(batch))
+    return None
+
+
+_DECOMPOSE_SIGNATURES = {
+    "mse_loss": "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
+    "l1_loss": "input, target, size_average=None, reduce=None, reduction='mean'",
+    "smooth_l1_loss": "input, target, size_average=None, reduce=None, reduction='mean', beta=1.0",
+    "huber_loss": "input, target, reduction='mean', delta=1.0, weight=None",
+    "soft_margin_loss": "input, target, size_average=None, reduce=None, reduction='mean'",
+    "kl_div": "input, target, size_average=None, reduce=None, reduction='mean', log_target=False",
+    "binary_cross_entropy": "input, target, weight=None, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "binary_cross_entropy_with_logits": "input, target, weight=None, size_average=None, reduce=None, reduction='mean', pos_weight=None",  # noqa: E501
+    "cross_entropy": "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean', label_smoothing=0.0",  # noqa: E501
+    "nll_loss": "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean'",  # noqa: E501
+    "pairwise_distance": "x1, x2, p=2.0, eps=1e-06, keepdim=False",
+    "cosine_similarity": "x1, x2, dim=1, eps=1e-08",
+    "triplet_margin_loss": "anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "scaled_dot_product_attention": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",  # noqa: E501
+}
+# elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
+_ELEMENTWISE_LOSSES = {
+    "mse_loss": ("mse_elem", ()),
+    "l1_loss": ("l1_elem", ()),
+    "smooth_l1_loss": ("smooth_l1_elem", ("beta",)),
+    "huber_loss": ("huber_elem", ("delta",)),
+    "soft_margin_loss": ("soft_margin_elem", ()),
+    "kl_div": ("kl_div_elem", ("log_target",)),
+    "binary_cross_entropy": ("bce_elem", ()),
+    "binary_cross_entropy_with_logits": ("bce_logits_elem", ()),
+}
+
+
+def _decompose(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any]
+) -> Ref | None:
+    """Lower a composite call (a loss, a distance, attention, einsum) to registry ops.
+
+    Returns the Ref of the result, or ``None`` (nothing appended) when the call is not one of
+    them or its arguments are outside what the decomposition reproduces exactly.
+    """
+    if fx_node.op not in ("call_function", "call_method"):
+        return None
+    name = _canonical_name(fx_node)
+    args = list(_subst(fx_node.args, env))
+    kwargs = dict(_subst(fx_node.kwargs, env))
+    if name == "einsum":
+        return _decompose_einsum(ir, fx_node, args, ours)
+    signature = _DECOMPOSE_SIGNATURES.get(name)
+    if signature is None or fx_node.op != "call_function":
+        return None
+    info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
+    a = info.bind(args, kwargs)
+    refs = [v for k, v in a.items() if isinstance(v, Ref)]
+    if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
+        return None
+    count = len(ir.nodes)
+    b = _Builder(ir, ours, fx_node.name)
+    try:
+        result = _decompose_call(ir, b, name, a)
+    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
+        result = None
+    if result is None:
+        del ir.nodes[count:]
+    return result
+
+
+def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    F = torch.nn.functional  # noqa: N806
+    if a.get("size_average") is not None or a.get("reduce") is not None:
+        return None  # legacy reduction flags
+    if name in _ELEMENTWISE_LOSSES:
+        op, extra = _ELEMENTWISE_LOSSES[name]
+        x, t = a["input"], a["target"]
+        if not isinstance(x, Ref) or not isinstance(t, Ref) or a.get("weight") is not None:
+            return None
+        if a.get("pos_weight") is not None or ir.dtypes[x] != "float32":
+            return None
+        if ir.shapes[x] != ir.shapes[t] or ir.dtypes[t] != "float32":
+            return None
+        if name == "smooth_l1_loss" and float(a["beta"]) == 0.0:
+            op, extra = "l1_elem", ()
+        fn = getattr(F, name)
+        elem = b(op, fn, x, t, reduction="none", **{k: a[k] for k in extra})
+        batch = ir.shapes[x][0] if ir.shapes[x] else 1
+        return _reduce_loss(b, elem, a["reduction"], batch)
+    if name in ("cross_entropy", "nll_loss"):
+        x, t = a["input"], a["target"]
+        if a.get("weight") is not None or float(a.get("label_smoothing") or 0.0) != 0.0:
+            return None
+        if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
+            return None
+        xs, ts = ir.shapes[x], ir.shapes[t]
+        if len(xs) < 2 or ts != (xs[0], *xs[2:]) or ir.dtypes[x] != "float32":
+            return None
+        index = b("unsqueeze", "unsqueeze", t, 1)
+        picked = b("squeeze", "squeeze", b("gather", torch.gather, x, 1, index), 1)
+        if name == "cross_entropy":
+            loss = b("sub", torch.sub, b("logsumexp", torch.logsumexp, x, 1), picked)
+        else:
+            loss = b("neg", torch.neg, picked)
+        valid = b("ne", torch.ne, t, int(a["ignore_index"]))
+        elem = b("where", torch.where, valid, loss, 0.0)
+        if a["reduction"] == "mean":
+            count = b("sum", torch.sum, b("float", "float", valid))
+            return b("div", torch.div, b("sum", torch.sum, elem), count)
+        return _reduce_loss(b, elem, a["reduction"])
+    if name == "pairwise_distance":
+        return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
+    if name == "triplet_margin_loss":
+        if a["swap"]:
+            return None
+        anchor, pos, neg = a["anchor"], a["positive"], a["negative"]
+        d_pos = _distance(ir, b, anchor, pos, a["p"], a["eps"], False)
+        d_neg = _distance(ir, b, anchor, neg, a["p"], a["eps"], False)
+        if d_pos is None or d_neg is None:
+            return None
+        gap = b("sub", torch.sub, b("add", torch.add, d_pos, float(a["margin"])), d_neg)
+        return _reduce_loss(b, b("clamp_min", torch.clamp_min, gap, 0.0), a["reduction"])
+    if name == "cosine_similarity":
+        x1, x2 = a["x1"], a["x2"]
+        if ir.shapes[x1] != ir.shapes[x2] or ir.dtypes[x1] != "float32":
+            return None
+        dim, eps = int(a["dim"]), float(a["eps"])
+        n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, True), eps)
+        n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, True), eps)
+        prod = b("mul", torch.mul, b("div", torch.div, x1, n1), b("div", torch.div, x2, n2))
+        return b("sum", torch.sum, prod, dim)
+    if name == "scaled_dot_product_attention":
+        q, k, v = a["query"], a["key"], a["value"]
+        if a["attn_mask"] is not None or float(a["dropout_p"]) != 0.0 or a["is_causal"]:
+            return None
+        if a["enable_gqa"] or not all(isinstance(r, Ref) for r in (q, k, v)):
+            return None
+        qs, ks = ir.shapes[q], ir.shapes[k]
+        if len(qs) < 2 or qs[:-2] != ks[:-2] or ir.dtypes[q] != "float32":
+            return None
+        scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
+        scores = b("matmul", torch.matmul, q, b("transpose", "transpose", k, -2, -1))
+        probs = b("softmax", torch.softmax, b("mul", torch.mul, scores, float(scale)), -1)
+        return b("matmul", torch.matmul, probs, v)
+    return None
+
+
+def _distance(
+    ir: ProgramIR, b: _Builder, x1: Any, x2: Any, p: Any, eps: Any, keepdim: bool
+) -> Ref | None:
+    """``pairwise_distance``: the p-norm of ``x1 - x2 + eps`` over the last dim (p = 2)."""
+    if not isinstance(x1, Ref) or not isinstance(x2, Ref) or float(p) != 2.0:
+        return None
+    if ir.dtypes[x1] != "float32" or ir.dtypes[x2] != "float32" or len(ir.shapes[x1]) < 1:
+        return None
+    diff = b("add", torch.add, b("sub", torch.sub, x1, x2), float(eps))
+    return b("norm", torch.norm, diff, 2, -1, keepdim)
+
+
+def _decompose_einsum(
+    ir: ProgramIR, fx_node: torch.fx.Node, args: list[Any], ours: dict[Ref, Any]
+) -> Ref | None:
+    """A two-operand einsum that is a (batched, broadcast) matrix product -> ``matmul``.
+
+    Operands ``A[..., m, c]`` and ``B[..., c, n]`` (or ``B[..., n, c]``, read transposed) with
+    one contracted letter ``c`` and an output ``...mn``, batch letters shared right-aligned.
+    """
+    if len(args) != 3 or not isinstance(args[0], str):
+        return None
+    eq, x, y = args[0].replace(" ", ""), args[1], args[2]
+    if not isinstance(x, Ref) or not isinstance(y, Ref) or "->" not in eq or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    if lhs.count(",") != 1:
+        return None
+    s1, s2 = lhs.split(",")
+    if any(len(set(s)) != len(s) for s in (s1, s2, out)) or len(s1) < 2 or len(s2) < 2:
+        return None
+    if ir.dtypes[x] != "float32" or ir.dtypes[y] != "float32":
+        return None
+    c = s1[-1]
+    transpose = s2[-1] == c
+    n = s2[-2] if transpose else s2[-1]
+    if (s2[-1] if transpose else s2[-2]) != c or c in out or n in s1:
+        return None
+    batch2 = s2[:-2]
+    if out != s1[:-1] + n or s1[-2] in s2 or batch2 != s1[len(s1) - 2 - len(batch2) : -2]:
+        return None
+    count = len(ir.nodes)
+    b = _Builder(ir, ours, fx_node.name)
+    try:
+        other = b("transpose", "transpose", y, -2, -1) if transpose else y
+        return b("matmul", torch.matmul, x, other)
+    except Exception:  # noqa: BLE001
+        del ir.nodes[count:]
+        return None

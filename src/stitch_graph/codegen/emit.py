@@ -32,8 +32,8 @@ from stitch_graph.codegen.ir import (
     numel,
     row_layout,
 )
-from stitch_graph.codegen.ops import lookup
-from stitch_graph.codegen.schedule import groups_from_plan, node_kind, reduction_dims
+from stitch_graph.codegen.ops import INDEXED, lookup
+from stitch_graph.codegen.schedule import groups_from_plan, node_kind, pool_dims, reduction_dims
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
 __all__ = ["EmitError", "emit_candidate"]
@@ -149,7 +149,7 @@ _CONV_GEMM_MIN_K = 16
 
 @dataclass(frozen=True)
 class _ConvGeom:
-    """Geometry of a conv1d/conv2d (conv1d as KH = H = OH = 1), groups = 1."""
+    """Geometry of a conv1d/2d/3d (conv1d as KH = H = OH = 1; conv1d/2d as KD = D = OD = 1)."""
 
     n: int
     cin: int
@@ -166,29 +166,55 @@ class _ConvGeom:
     pw: int
     dh: int
     dw: int
+    d: int = 1
+    kd: int = 1
+    od: int = 1
+    sd: int = 1
+    pd: int = 0
+    dd: int = 1
 
     @property
     def k(self) -> int:
-        """Inner GEMM dimension C*KH*KW (rows of the unfolded input)."""
-        return self.cin * self.kh * self.kw
+        """Inner GEMM dimension C*KD*KH*KW (rows of the unfolded input)."""
+        return self.cin * self.kd * self.kh * self.kw
 
     @property
     def p(self) -> int:
-        """Output pixels per image OH*OW (columns of the unfolded input)."""
-        return self.oh * self.ow
+        """Output pixels per image OD*OH*OW (columns of the unfolded input)."""
+        return self.od * self.oh * self.ow
 
     @property
     def pointwise(self) -> bool:
         """1x1, stride 1, no padding: the input image already is the [C, H*W] matrix."""
-        return (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw) == (1, 1, 1, 1, 0, 0)
+        kernel = (self.kd, self.kh, self.kw, self.sd, self.sh, self.sw)
+        return kernel == (1,) * 6 and (self.pd, self.ph, self.pw) == (0, 0, 0)
 
 
 def _conv_chunk(geo: _ConvGeom) -> tuple[int, int]:
     """Images per im2col chunk and the number of chunks (balanced: the last is not a sliver)."""
-    per_image = geo.k * geo.p * 4
-    most = max(1, _CONV_SCRATCH_BYTES // per_image)
-    chunks = math.ceil(geo.n / most)
-    return math.ceil(geo.n / chunks), chunks
+    return _conv_chunk_sizes(geo.n, geo.k * geo.p * 4)
+
+
+def _conv_chunk_sizes(n: int, per_image: int) -> tuple[int, int]:
+    most = max(1, _CONV_SCRATCH_BYTES // max(per_image, 1))
+    chunks = math.ceil(n / most)
+    return math.ceil(n / chunks), chunks
+
+
+def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
+    """Whether a groups=1 transposed convolution takes the SGEMM + col2im path."""
+    x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
+    refs = [x, w, *([b] if isinstance(b, Ref) else [])]
+    per_image = geo.cout * geo.kd * geo.kh * geo.kw * geo.d * geo.h * geo.w * 4
+    return (
+        not g.prologue
+        and node.dtype == "float32"
+        and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
+        and ir.is_contiguous(x)
+        and ir.is_contiguous(w)
+        and geo.cin >= _CONV_GEMM_MIN_K
+        and per_image <= _CONV_SCRATCH_MAX
+    )
 
 
 def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
@@ -203,6 +229,7 @@ def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool
         and ir.is_contiguous(w)
         and geo.k >= _CONV_GEMM_MIN_K
         and (geo.pointwise or geo.k * geo.p * 4 <= _CONV_SCRATCH_MAX)
+        and geo.od == (geo.d + 2 * geo.pd - geo.dd * (geo.kd - 1) - 1) // geo.sd + 1
         and geo.oh == (geo.h + 2 * geo.ph - geo.dh * (geo.kh - 1) - 1) // geo.sh + 1
         and geo.ow == (geo.w + 2 * geo.pw - geo.dw * (geo.kw - 1) - 1) // geo.sw + 1
     )
@@ -214,6 +241,25 @@ class _Emitter:
         self.tuning = tuning
         self.kernels: list[str] = []
         self.notes: list[str] = []
+
+    def emit(self, part: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """Kernels for one group (kept in ``self.kernels``); returns the host lines."""
+        if part.kind == "pointwise":
+            return self.pointwise(part.id, kernel, part.epilogue, self.ir.node(part.output), tun)
+        if part.kind == "reduction":
+            return self.reduction(part, kernel, tun)
+        if part.kind in ("norm", "softmax"):
+            return self.row_op(part, kernel, tun)
+        if part.kind == "conv":
+            return self.conv(part, kernel, tun)
+        if part.kind == "gemm":
+            return self.gemm(part, kernel, tun)
+        if part.kind == "pool":
+            return self.pool(part, kernel, tun)
+        if part.kind == "scan":
+            return self.scan(part, kernel, tun)
+        msg = f"{part.id}: no emitter for {part.kind} groups"
+        raise EmitError(msg)
 
     # ---- expressions -------------------------------------------------------------------------
     def exprs(
@@ -228,12 +274,20 @@ class _Emitter:
         for name in members:
             node = self.ir.node(name)
             info = lookup(node.op)
+            if node.op in INDEXED:
+                ctype = _CTYPE.get(node.dtype, "float")
+                value = self.indexed(node, space, idx, args, env)
+                lines.append(f"const {ctype} v_{name} = ({ctype})({value});")
+                env[name] = f"v_{name}"
+                continue
             if info is None or info.expr is None:
                 msg = f"node {name} ({node.op}) has no pointwise expression"
                 raise EmitError(msg)
             values: dict[str, str] = {}
             bshapes = node.attrs.get("bshape", {})
             for pname, default in info.params:
+                if "{" + pname + "}" not in info.expr:
+                    continue  # e.g. the dtype of zeros_like: nothing to load or spell
                 value = node.args.get(pname, default)
                 if isinstance(value, Ref):
                     if value.kind == "node" and value.name in env:
@@ -250,6 +304,125 @@ class _Emitter:
             lines.append(f"const {ctype} v_{name} = ({ctype})({info.expr.format(**values)});")
             env[name] = f"v_{name}"
         return lines
+
+    def indexed(
+        self, node: OpNode, space: tuple[int, ...], idx: str, args: _Args, env: dict[str, str]
+    ) -> str:
+        """Value of an op that reads its operands at other positions than the output's.
+
+        ``cat`` picks the operand whose slice holds the output coordinate along ``dim``;
+        ``flip`` mirrors the coordinate along its dims; ``gather`` replaces it by the index
+        operand's value (clamped into range); ``triu``/``tril`` compare row and column. The
+        node's shape is aligned right against ``space`` (it may be broadcast into it).
+        Operands are always read from memory, never from fused values (see the scheduler).
+        """
+        ir = self.ir
+        shape = tuple(node.shape)
+        lead = len(space) - len(shape)
+
+        def coord(d: int) -> str:
+            """Coordinate of the output element along dim ``d`` of the node's shape."""
+            inner = numel(space[lead + d + 1 :])
+            c = f"({idx} / {inner})" if inner > 1 else f"({idx})"
+            return f"(int)({c} % {space[lead + d]})"
+
+        def base(ref: Ref, skip: set[int]) -> str:
+            """Offset of ``ref`` at the output position, without the dims in ``skip``."""
+            rshape = list(ir.shapes[ref])
+            rlead = len(shape) - len(rshape)
+            masked = tuple(1 if rlead + d in skip else n for d, n in enumerate(rshape))
+            return _offset(masked, tuple(ir.strides[ref]), space, idx)
+
+        def stride(ref: Ref, d: int) -> int:
+            rshape = ir.shapes[ref]
+            rd = d - (len(shape) - len(rshape))
+            return 0 if rd < 0 or rshape[rd] == 1 else int(ir.strides[ref][rd])
+
+        nd = max(len(shape), 1)
+        if node.op == "cat":
+            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+            dim = int(node.args.get("dim", 0)) % nd
+            c = coord(dim)
+            start = 0
+            parts: list[tuple[int, str]] = []
+            for ref in tensors:
+                size = ir.shapes[ref][dim - (len(shape) - len(ir.shapes[ref]))]
+                if size == 0:
+                    continue
+                load = f"{args.param(ref)}[{base(ref, {dim})} + ({c} - {start}) * {stride(ref, dim)}]"
+                start += size
+                parts.append((start, load))
+            value = parts[-1][1]
+            for end, load in reversed(parts[:-1]):
+                value = f"({c} < {end} ? {load} : {value})"
+            return value
+        if node.op == "stack":
+            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+            dim = int(node.args.get("dim", 0)) % nd
+            c = coord(dim)
+            loads = []
+            for ref in tensors:
+                rshape = list(ir.shapes[ref])
+                rstrides = list(ir.strides[ref])
+                rd = dim - (len(shape) - 1 - len(rshape))
+                masked = tuple(rshape[:rd] + [1] + rshape[rd:])
+                strides = tuple(rstrides[:rd] + [0] + rstrides[rd:])
+                loads.append(f"{args.param(ref)}[{_offset(masked, strides, space, idx)}]")
+            value = loads[-1]
+            for k in range(len(loads) - 2, -1, -1):
+                value = f"({c} == {k} ? {loads[k]} : {value})"
+            return value
+        if node.op == "flip":
+            src: Ref = node.args["input"]
+            raw = node.args.get("dims")
+            dims = {int(d) % nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
+            terms = [base(src, dims)]
+            for d in sorted(dims):
+                terms.append(f"({shape[d] - 1} - {coord(d)}) * {stride(src, d)}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
+        if node.op == "gather":
+            src = node.args["input"]
+            index: Ref = node.args["index"]
+            dim = int(node.args["dim"]) % nd
+            size = ir.shapes[src][dim]
+            at = env.get(index.name) if index.kind == "node" else None
+            at = at or f"{args.param(index)}[{_offset(ir.shapes[index], ir.strides[index], space, idx)}]"  # noqa: E501
+            k = f"(long long)({at})"
+            k = f"({k} < 0 ? {k} + {size} : {k})"
+            k = f"min(max({k}, 0LL), {size - 1}LL)"
+            return f"{args.param(src)}[{base(src, {dim})} + {k} * {stride(src, dim)}]"
+        if node.op == "pad":
+            src = node.args["input"]
+            pads = [int(v) for v in node.args["pad"]]
+            rshape = ir.shapes[src]
+            fill = node.args.get("value")
+            inside: list[str] = []
+            terms: list[str] = []
+            padded: set[int] = set()
+            for j in range(len(pads) // 2):
+                d = len(shape) - 1 - j
+                before = pads[2 * j]
+                if before == 0 and pads[2 * j + 1] == 0:
+                    continue
+                padded.add(d)
+                c = f"({coord(d)} - {before})"
+                inside.append(f"{c} >= 0 && {c} < {rshape[d]}")
+                terms.append(f"{c} * {stride(src, d)}")
+            load = f"{args.param(src)}[{' + '.join([base(src, padded), *terms])}]"
+            if not inside:
+                return load
+            return f"(({' && '.join(inside)}) ? {load} : {_literal(float(fill or 0.0))})"
+        if node.op in ("triu", "tril"):
+            src = node.args["input"]
+            diagonal = int(node.args.get("diagonal", 0) or 0)
+            row, col = coord(len(shape) - 2), coord(len(shape) - 1)
+            value = self.value_of(src, space, idx, env, args)
+            keep = f"{col} - {row} >= {diagonal}" if node.op == "triu" else (
+                f"{col} - {row} <= {diagonal}"
+            )
+            return f"(({keep}) ? {value} : 0.f)"
+        msg = f"{node.name}: no indexed rule for {node.op}"
+        raise EmitError(msg)
 
     def value_of(
         self, ref: Any, space: tuple[int, ...], idx: str, env: dict[str, str], args: _Args
@@ -1050,6 +1223,40 @@ class _Emitter:
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
     # ---- convolution ---------------------------------------------------------------------------
+    def _conv_geometry(self, node: OpNode) -> tuple[_ConvGeom, int]:
+        """Geometry and groups of a conv1d/2d/3d or transposed convolution (missing dims 1)."""
+        ir = self.ir
+        xs, ws = ir.shapes[node.args["input"]], ir.shapes[node.args["weight"]]
+        os_ = node.shape
+        nd = len(xs) - 2
+        if nd not in (1, 2, 3) or len(os_) != len(xs) or len(ws) != len(xs):
+            msg = f"{node.name}: {node.op} needs a batched (N, C, ...) input"
+            raise EmitError(msg)
+        groups = int(node.args.get("groups", 1) or 1)
+
+        def per_dim(value: Any, fill: int) -> list[int]:
+            if value is None:
+                value = fill
+            vals = [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
+            vals = vals * nd if len(vals) == 1 else vals
+            return [fill] * (3 - nd) + vals
+
+        def spatial(shape: tuple[int, ...]) -> list[int]:
+            return [1] * (3 - nd) + [int(v) for v in shape[2:]]
+
+        padding = node.args.get("padding", 0)
+        pd, ph, pw = [0, 0, 0] if padding == "valid" else per_dim(padding, 0)
+        d, h, wd = spatial(xs)
+        kd, kh, kw = spatial(ws)
+        od, oh, ow = spatial(os_)
+        sd, sh, sw = per_dim(node.args.get("stride", 1), 1)
+        dd, dh, dw = per_dim(node.args.get("dilation", 1), 1)
+        cout = ws[1] * groups if node.op.startswith("conv_transpose") else ws[0]
+        geo = _ConvGeom(
+            xs[0], xs[1], h, wd, cout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, d, kd, od, sd, pd, dd
+        )
+        return geo, groups
+
     def conv(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -1057,33 +1264,17 @@ class _Emitter:
         w: Ref = node.args["weight"]
         b = node.args.get("bias")
         xs, ws, os_ = ir.shapes[x], ir.shapes[w], node.shape
-        one_d = node.op == "conv1d"
-
-        def pair(value: Any) -> tuple[int, int]:
-            if isinstance(value, list | tuple):
-                return (1, int(value[0])) if one_d else (int(value[0]), int(value[-1]))
-            return (1, int(value)) if one_d else (int(value), int(value))
-
-        def pad_pair(value: Any) -> tuple[int, int]:
-            if value == "valid":
-                return 0, 0
-            first, second = pair(value)
-            return (0, second) if one_d else (first, second)
-
-        cin = xs[1]
-        h, wd = (1, xs[2]) if one_d else (xs[2], xs[3])
-        cout = ws[0]
-        cig = ws[1]
-        kh, kw = (1, ws[2]) if one_d else (ws[2], ws[3])
-        oh, ow = (1, os_[2]) if one_d else (os_[2], os_[3])
-        sh, sw = pair(node.args.get("stride", 1))
-        ph, pw = pad_pair(node.args.get("padding", 0))
-        dh, dw = pair(node.args.get("dilation", 1))
-        groups = int(node.args.get("groups", 1))
+        geo, groups = self._conv_geometry(node)
+        transposed = node.op.startswith("conv_transpose")
+        three = len(xs) == 5
+        if transposed:
+            if groups == 1 and _conv_transpose_gemm_ok(ir, node, g, geo):
+                return self._conv_transpose_gemm(g, kernel, tun, geo)
+        elif groups == 1 and _conv_gemm_ok(ir, node, g, geo):
+            return self._conv_gemm(g, kernel, tun, geo)
+        cin, cout = geo.cin, geo.cout
+        cig = cin // groups
         cog = cout // groups
-        geom = _ConvGeom(xs[0], cin, h, wd, cout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)
-        if groups == 1 and _conv_gemm_ok(ir, node, g, geom):
-            return self._conv_gemm(g, kernel, tun, geom)
         total = numel(os_)
         index = "long long" if total >= 2**31 or numel(xs) >= 2**31 else "int"
         out = ir.node(g.output)
@@ -1094,32 +1285,79 @@ class _Emitter:
         post = self.exprs(g.epilogue, os_, "idx", env, args)
         block = tun.block_size
         unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else "#pragma unroll"
+        plane = geo.od * geo.oh * geo.ow
+        in_plane = geo.d * geo.h * geo.w
+        taps = geo.kd * geo.kh * geo.kw
+        coords = [
+            f"    const int ox = idx % {geo.ow};",
+            f"    const int oy = (idx / {geo.ow}) % {geo.oh};",
+            *([f"    const int oz = (idx / {geo.ow * geo.oh}) % {geo.od};"] if three else []),
+            f"    const int co = (idx / {plane}) % {cout};",
+            f"    const {index} nb = idx / {plane * cout};",
+            f"    const int g = co / {cog};",
+        ]
+
+        def tap(axis: str, k: str, o: str, stride: int, pad: int, dil: int, size: int) -> list[str]:
+            """Lines that set input coordinate ``i<axis>`` for tap ``k`` (or skip the tap)."""
+            if not transposed:
+                return [
+                    f"const int i{axis} = {o} * {stride} - {pad} + {k} * {dil};",
+                    f"if (i{axis} < 0 || i{axis} >= {size}) continue;",
+                ]
+            t = f"t{axis}"
+            skip = f"{t} < 0" + (f" || {t} % {stride} != 0" if stride > 1 else "")
+            return [
+                f"const int {t} = {o} + {pad} - {k} * {dil};",
+                f"if ({skip}) continue;",
+                f"const int i{axis} = {t}" + (f" / {stride};" if stride > 1 else ";"),
+                f"if (i{axis} >= {size}) continue;",
+            ]
+
+        loops: list[list[str]] = []
+        if three:
+            loops.append(
+                [f"for (int kz = 0; kz < {geo.kd}; ++kz) {{"]
+                + tap("z", "kz", "oz", geo.sd, geo.pd, geo.dd, geo.d)
+            )
+        loops.append(
+            [f"for (int ky = 0; ky < {geo.kh}; ++ky) {{"]
+            + tap("y", "ky", "oy", geo.sh, geo.ph, geo.dh, geo.h)
+        )
+        loops.append(
+            [f"for (int kx = 0; kx < {geo.kw}; ++kx) {{"]
+            + tap("x", "kx", "ox", geo.sw, geo.pw, geo.dw, geo.w)
+        )
+        x_off = "(iz * {h} + iy) * {w} + ix" if three else "iy * {w} + ix"
+        w_off = "(kz * {kh} + ky) * {kw} + kx" if three else "ky * {kw} + kx"
+        x_off = x_off.format(h=geo.h, w=geo.w)
+        w_off = w_off.format(kh=geo.kh, kw=geo.kw)
+        w_base = (
+            f"((g * {cig} + ci) * {cog} + co % {cog}) * {taps}"
+            if transposed
+            else f"(co * {cig} + ci) * {taps}"
+        )
+        nest: list[str] = []
+        for depth, loop in enumerate(loops):
+            pad_ = "  " * depth
+            nest += [f"      {pad_}{unroll}", f"      {pad_}{loop[0]}"]
+            nest += [f"        {pad_}{line}" for line in loop[1:]]
+        inner = "  " * len(loops)
+        nest.append(f"      {inner}acc = fmaf(__ldg(xp + {x_off}), __ldg(wp + {w_off}), acc);")
+        nest += [f"      {'  ' * d}}}" for d in range(len(loops) - 1, -1, -1)]
+        what = "transposed " if transposed else ""
         src_lines = [
-            f"// direct {node.op}: {list(xs)} * {list(ws)} -> {list(os_)}, one output per thread",
+            f"// direct {what}{node.op}: {list(xs)} * {list(ws)} -> {list(os_)}, "
+            "one output per thread",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature(['float* __restrict__ out'])}) {{",
             f"  for ({index} idx = ({index})blockIdx.x * {block} + threadIdx.x; idx < {total}; "
             f"idx += ({index})gridDim.x * {block}) {{",
-            f"    const int ox = idx % {ow};",
-            f"    const int oy = (idx / {ow}) % {oh};",
-            f"    const int co = (idx / {ow * oh}) % {cout};",
-            f"    const {index} nb = idx / {ow * oh * cout};",
-            f"    const int g = co / {cog};",
+            *coords,
             f"    float acc = {init};",
             f"    for (int ci = 0; ci < {cig}; ++ci) {{",
-            f"      const float* xp = {xa} + (nb * {cin} + g * {cig} + ci) * {h * wd};",
-            f"      const float* wp = {wa} + (co * {cig} + ci) * {kh * kw};",
-            f"      {unroll}",
-            f"      for (int ky = 0; ky < {kh}; ++ky) {{",
-            f"        const int iy = oy * {sh} - {ph} + ky * {dh};",
-            f"        if (iy < 0 || iy >= {h}) continue;",
-            f"        {unroll}",
-            f"        for (int kx = 0; kx < {kw}; ++kx) {{",
-            f"          const int ix = ox * {sw} - {pw} + kx * {dw};",
-            f"          if (ix < 0 || ix >= {wd}) continue;",
-            f"          acc = fmaf(__ldg(xp + iy * {wd} + ix), __ldg(wp + ky * {kw} + kx), acc);",
-            "        }",
-            "      }",
+            f"      const float* xp = {xa} + (nb * {cin} + g * {cig} + ci) * {in_plane};",
+            f"      const float* wp = {wa} + {w_base};",
+            *nest,
             "    }",
             f"    const float v_{node.name} = acc;",
             *(f"    {line}" for line in post),
@@ -1129,6 +1367,133 @@ class _Emitter:
         ]
         grid = max(1, min(math.ceil(total / block), _MAX_GRID * 4))
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _conv_transpose_gemm(
+        self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom
+    ) -> list[str]:
+        """Transposed convolution (groups = 1) as cuBLAS SGEMM + a col2im gather.
+
+        Row-major, image n: ``col[n] (OC*K x P) = W^T (OC*K x C) @ x[n] (C x P)`` with K =
+        KD*KH*KW, P = D*H*W (input pixels) and W's [C, OC, KD, KH, KW] layout read as a C x OC*K
+        matrix. Column-major, cuBLAS computes ``col[n]^T (P x OC*K) = x[n]^T (P x C) @ W (C x
+        OC*K)``: A = x[n] as is (lda = P), B = W transposed (ldb = OC*K), C = col[n] (ldc = P),
+        batched over the images of a chunk. Each output element then gathers its taps: for tap
+        (kz, ky, kx) the input pixel is ``(o + pad - k*dil) / stride`` per dim when that divides
+        exactly and lies inside the input; the bias and the fused epilogue follow in the same
+        kernel when the whole batch fits one chunk, else in a second pointwise kernel.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        w: Ref = node.args["weight"]
+        b = node.args.get("bias")
+        out = ir.node(g.output)
+        space = tuple(node.shape)
+        three = len(space) == 5
+        taps = geo.kd * geo.kh * geo.kw
+        pin = geo.d * geo.h * geo.w
+        rows = geo.cout * taps
+        chunk, nchunks = _conv_chunk_sizes(geo.n, rows * pin * 4)
+        col = f"_col_{g.id}"
+        plane = geo.od * geo.oh * geo.ow
+        col_big = chunk * rows * pin >= 2**31
+        cidx = "long long" if col_big else "int"
+
+        def gather(col_name: str, bias: str | None, idx: str, name: str) -> list[str]:
+            lines = [
+                f"float v_{name};",
+                "{",
+                f"  const int ox = (int)({idx} % {geo.ow});",
+                f"  const int oy = (int)(({idx} / {geo.ow}) % {geo.oh});",
+                *([f"  const int oz = (int)(({idx} / {geo.ow * geo.oh}) % {geo.od});"] if three else []),  # noqa: E501
+                f"  const int co = (int)(({idx} / {plane}) % {geo.cout});",
+                f"  const {cidx} nb = ({cidx})({idx} / {plane * geo.cout});",
+                f"  const float* cp = {col_name} + (nb * {rows} + ({cidx})co * {taps}) * {pin};",
+                f"  float acc = {bias or '0.f'};",
+            ]
+            dims = [("y", "ky", "oy", geo.sh, geo.ph, geo.dh, geo.h, geo.kh)]
+            dims.append(("x", "kx", "ox", geo.sw, geo.pw, geo.dw, geo.w, geo.kw))
+            if three:
+                dims.insert(0, ("z", "kz", "oz", geo.sd, geo.pd, geo.dd, geo.d, geo.kd))
+            depth = 1
+            for axis, k, o, stride, pad, dil, size, kk in dims:
+                ind = "  " * depth
+                t = f"t{axis}"
+                skip = f"{t} < 0" + (f" || {t} % {stride} != 0" if stride > 1 else "")
+                lines += [
+                    f"{ind}for (int {k} = 0; {k} < {kk}; ++{k}) {{",
+                    f"{ind}  const int {t} = {o} + {pad} - {k} * {dil};",
+                    f"{ind}  if ({skip}) continue;",
+                    f"{ind}  const int i{axis} = {t}" + (f" / {stride};" if stride > 1 else ";"),
+                    f"{ind}  if (i{axis} >= {size}) continue;",
+                ]
+                depth += 1
+            tap_ = "(kz * {kh} + ky) * {kw} + kx" if three else "ky * {kw} + kx"
+            pix = "(iz * {h} + iy) * {w} + ix" if three else "iy * {w} + ix"
+            tap_ = tap_.format(kh=geo.kh, kw=geo.kw)
+            pix = pix.format(h=geo.h, w=geo.w)
+            ind = "  " * depth
+            lines.append(f"{ind}acc += __ldg(cp + ({cidx})({tap_}) * {pin} + {pix});")
+            lines += ["  " * d + "}" for d in range(depth - 1, 0, -1)]
+            lines += [f"  v_{name} = acc;", "}"]
+            return lines
+
+        lines = [
+            f"# transposed conv by parts: SGEMM of {chunk} image(s) at a time into {col} "
+            f"[{chunk}, {rows}, {pin}] ({chunk * rows * pin * 4 / 2**20:.1f} MiB), then a gather",
+            f"{col} = torch.empty([{chunk}, {rows}, {pin}], device=_dev, dtype=torch.float32)",
+        ]
+        gemm = (
+            f"_sgemm(0, 1, {pin}, {rows}, {geo.cin}, {{x}}, {pin}, {geo.cin * pin}, {_py(w)}, "
+            f"{rows}, 0, {col}, {pin}, {rows * pin}, {{cnt}})"
+        )
+        if nchunks == 1:
+            lines.append(gemm.format(x=_py(x), cnt=geo.n))
+
+            def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
+                col_arg = args.param(Ref("node", col))
+                bias = f"{args.param(b)}[({idx} / {plane}) % {geo.cout}]" if isinstance(b, Ref) else None
+                return node.name, "\n    ".join(gather(col_arg, bias, idx, node.name))
+
+            return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+        product = f"{node.name}_ct" if g.epilogue else node.name
+        args = _Args(ir)
+        bias = f"{args.param(b)}[co]" if isinstance(b, Ref) else None
+        block = tun.block_size
+        n_out = chunk * geo.cout * plane
+        oidx = "long long" if n_out >= 2**31 else "int"
+        body = gather("col", bias, "i", node.name)
+        src = [
+            f"// col2im gather for {node.op}: cnt image(s) of {list(space[1:])} from col "
+            f"[cnt, {rows}, {pin}]",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_col2im('
+            f"{args.signature(['const float* __restrict__ col', 'float* __restrict__ out', 'int cnt'])}) {{",  # noqa: E501
+            f"  const {oidx} total = ({oidx})cnt * {geo.cout * plane};",
+            f"  for ({oidx} i = ({oidx})blockIdx.x * {block} + threadIdx.x; i < total; "
+            f"i += ({oidx})gridDim.x * {block}) {{",
+            *(f"    {line}" for line in body),
+            f"    out[i] = v_{node.name};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(src))
+        grid = max(1, min(math.ceil(n_out / block), _MAX_GRID))
+        refs = "".join(f"{_py(r)}, " for r in args.refs)
+        lines += [
+            f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)",
+            f"for _n0 in range(0, {geo.n}, {chunk}):",
+            f"    _nc = min({chunk}, {geo.n} - _n0)",
+            "    " + gemm.format(x=f"{_py(x)}[_n0:_n0 + _nc]", cnt="_nc"),
+            f"    KERNELS.{kernel}_col2im({grid}, {block}, {refs}{col}, {product}[_n0:_n0 + _nc], _nc)",  # noqa: E501
+        ]
+        if not g.epilogue:
+            return lines
+
+        def load_product(args: _Args, idx: str) -> tuple[str, str]:
+            raw = args.load(Ref("node", product), space, idx, space)
+            return node.name, f"const float v_{node.name} = {raw};"
+
+        return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, load_product)
 
     def _conv_gemm(self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom) -> list[str]:
         """Convolution as implicit GEMM by parts: im2col of a chunk of images, then cuBLAS.
@@ -1167,10 +1532,35 @@ class _Emitter:
             chunk, nchunks = _conv_chunk(geo)
             block = tun.block_size
             elems = chunk * k * p
-            big = max(elems, chunk * geo.cin * geo.h * geo.w) >= 2**31
+            big = max(elems, chunk * geo.cin * geo.d * geo.h * geo.w) >= 2**31
             index = "long long" if big else "int"
             unroll = f"#pragma unroll {tun.unroll}\n  " if tun.unroll > 1 else ""
             im2col = f"{kernel}_im2col"
+            three = len(space) == 5
+            im2col_2d = [
+                f"    const int ox = q % {geo.ow}, oy = q / {geo.ow};",
+                f"    const int kx = r % {geo.kw}, ky = (r / {geo.kw}) % {geo.kh};",
+                f"    const int c = r / {geo.kh * geo.kw};",
+                f"    const int iy = oy * {geo.sh} - {geo.ph} + ky * {geo.dh};",
+                f"    const int ix = ox * {geo.sw} - {geo.pw} + kx * {geo.dw};",
+                "    float v = 0.f;",
+                f"    if (iy >= 0 && iy < {geo.h} && ix >= 0 && ix < {geo.w}) "
+                f"v = __ldg(x + (nb * {geo.cin} + c) * {geo.h * geo.w} + iy * {geo.w} + ix);",
+            ]
+            im2col_3d = [  # row ((c*KD + kz)*KH + ky)*KW + kx, column (oz*OH + oy)*OW + ox
+                f"    const int ox = q % {geo.ow}, oy = (q / {geo.ow}) % {geo.oh};",
+                f"    const int oz = q / {geo.ow * geo.oh};",
+                f"    const int kx = r % {geo.kw}, ky = (r / {geo.kw}) % {geo.kh};",
+                f"    const int kz = (r / {geo.kw * geo.kh}) % {geo.kd};",
+                f"    const int c = r / {geo.kd * geo.kh * geo.kw};",
+                f"    const int iz = oz * {geo.sd} - {geo.pd} + kz * {geo.dd};",
+                f"    const int iy = oy * {geo.sh} - {geo.ph} + ky * {geo.dh};",
+                f"    const int ix = ox * {geo.sw} - {geo.pw} + kx * {geo.dw};",
+                "    float v = 0.f;",
+                f"    if (iz >= 0 && iz < {geo.d} && iy >= 0 && iy < {geo.h} && ix >= 0 && "
+                f"ix < {geo.w}) v = __ldg(x + (nb * {geo.cin} + c) * {geo.d * geo.h * geo.w} + "
+                f"(iz * {geo.h} + iy) * {geo.w} + ix);",
+            ]
             src = [
                 f"// im2col for {node.op}: cnt image(s) of x [{geo.cin}, {geo.h}, {geo.w}] -> "
                 f"col [cnt, {k}, {p}]; row (c*{geo.kh} + ky)*{geo.kw} + kx, column oy*{geo.ow} + ox",
@@ -1182,14 +1572,7 @@ class _Emitter:
                 f"    const int q = (int)(i % {p});",
                 f"    const int r = (int)((i / {p}) % {k});",
                 f"    const {index} nb = i / {k * p};",
-                f"    const int ox = q % {geo.ow}, oy = q / {geo.ow};",
-                f"    const int kx = r % {geo.kw}, ky = (r / {geo.kw}) % {geo.kh};",
-                f"    const int c = r / {geo.kh * geo.kw};",
-                f"    const int iy = oy * {geo.sh} - {geo.ph} + ky * {geo.dh};",
-                f"    const int ix = ox * {geo.sw} - {geo.pw} + kx * {geo.dw};",
-                "    float v = 0.f;",
-                f"    if (iy >= 0 && iy < {geo.h} && ix >= 0 && ix < {geo.w}) "
-                f"v = __ldg(x + (nb * {geo.cin} + c) * {geo.h * geo.w} + iy * {geo.w} + ix);",
+                *(im2col_3d if three else im2col_2d),
                 "    col[i] = v;",
                 "  }",
                 "}",
@@ -1230,6 +1613,211 @@ class _Emitter:
             return node.name, f"const float v_{node.name} = {raw};"
 
         return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+
+    # ---- pooling -------------------------------------------------------------------------------
+    def pool(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """Max/average pooling (fixed or adaptive windows) over the last 1-3 dims.
+
+        A grid-stride pointwise kernel over the output whose anchor value loops over the window:
+        one thread per output, the pointwise prologue evaluated on each window element and the
+        epilogue on the pooled value. Window bounds follow PyTorch: padding is skipped (max) or
+        counted as ``count_include_pad`` says (average, divisor from the window clipped to the
+        padded input); adaptive windows are ``[floor(o*I/O), ceil((o+1)*I/O))``.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        op = node.op
+        nd = pool_dims(node)
+        x: Ref = node.args["input"]
+        xs, os_ = ir.shapes[x], tuple(node.shape)
+        isp, osp = xs[-nd:], os_[-nd:]
+        in_sp, out_sp = numel(isp), numel(osp)
+        it = "long long" if numel(xs) >= 2**31 else "int"
+        adaptive = op.startswith("adaptive")
+        is_max = "max" in op
+
+        def per_dim(key: str, default: Any) -> list[int]:
+            value = node.args.get(key)
+            if value is None or (isinstance(value, list | tuple) and not value):
+                value = default
+            values = [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
+            return values * nd if len(values) == 1 else values
+
+        if not adaptive:
+            ks = per_dim("kernel_size", 1)
+            st = per_dim("stride", ks)
+            pad = per_dim("padding", 0)
+            dil = per_dim("dilation", 1) if is_max else [1] * nd
+
+        def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
+            loads = _Args(ir, refs=args.refs)  # window elements: scalar loads, never float4
+            env: dict[str, str] = {}
+            pre = self.exprs(g.prologue, xs, "ii", env, loads)
+            value = self.value_of(x, xs, "ii", env, loads)
+            lines = [f"const {it} base = ({it})({idx} / {out_sp}) * {in_sp};"]
+            for j in range(nd):
+                inner = numel(osp[j + 1 :])
+                coord = f"({idx} / {inner})" if inner > 1 else idx
+                lines.append(f"const int o{j} = (int)({coord} % {osp[j]});")
+            loops: list[str] = []
+            count: list[str] = []
+            size: list[str] = []
+            for j in range(nd):
+                i_j, o_j = isp[j], osp[j]
+                if adaptive:
+                    lines += [
+                        f"const int s{j} = (int)(((long long)o{j} * {i_j}) / {o_j});",
+                        f"const int e{j} = (int)(((long long)(o{j} + 1) * {i_j} + {o_j - 1}) / {o_j});",  # noqa: E501
+                    ]
+                    loops.append(f"for (int c{j} = s{j}; c{j} < e{j}; ++c{j}) {{")
+                    count.append(f"(e{j} - s{j})")
+                elif is_max:
+                    loops += [
+                        f"for (int w{j} = 0; w{j} < {ks[j]}; ++w{j}) {{",
+                        f"const int c{j} = o{j} * {st[j]} - {pad[j]} + w{j} * {dil[j]};",
+                        f"if (c{j} < 0 || c{j} >= {i_j}) continue;",
+                    ]
+                else:
+                    lines += [
+                        f"int s{j} = o{j} * {st[j]} - {pad[j]};",
+                        f"int e{j} = min(s{j} + {ks[j]}, {i_j + pad[j]});",
+                        f"const int n{j} = e{j} - s{j};",
+                        f"s{j} = max(s{j}, 0);",
+                        f"e{j} = min(e{j}, {i_j});",
+                    ]
+                    loops.append(f"for (int c{j} = s{j}; c{j} < e{j}; ++c{j}) {{")
+                    count.append(f"(e{j} - s{j})")
+                    size.append(f"n{j}")
+            offset = "c0"
+            for j in range(1, nd):
+                offset = f"({offset}) * {isp[j]} + c{j}"
+            update = "acc = (v > acc || v != v) ? v : acc;" if is_max else "acc += v;"
+            body = [f"const {it} ii = base + {offset};", *pre, f"const float v = {value};", update]
+            if is_max:
+                result = "acc"
+            else:
+                divisor = node.args.get("divisor_override")
+                if divisor:
+                    div = _literal(float(divisor))
+                elif adaptive or not node.args.get("count_include_pad", True):
+                    div = f"(float)({' * '.join(count)})"
+                else:
+                    div = f"(float)({' * '.join(size)})"
+                result = f"acc / {div}"
+            init = "-SG_INF" if is_max else "0.f"
+            nested: list[str] = []
+            depth = 0
+            for line in loops:
+                nested.append("  " * depth + line)
+                depth += line.endswith("{")
+            nested += ["  " * depth + line for line in body]
+            code = [
+                f"float v_{node.name};",
+                "{",
+                *(f"  {line}" for line in lines),
+                f"  float acc = {init};",
+                *(f"  {line}" for line in nested),
+                "  " + "}" * depth,
+                f"  v_{node.name} = {result};",
+                "}",
+            ]
+            return node.name, "\n    ".join(code)
+
+        out = ir.node(g.output)
+        return self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+
+    # ---- scans ---------------------------------------------------------------------------------
+    def scan(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """Inclusive cumulative sum/product along one dim, prologue on load, epilogue on store.
+
+        Lines whose elements are ``inner`` apart with ``inner >= 32`` (a non-last dim): one thread
+        per line, neighbouring threads on neighbouring lines (coalesced). Contiguous lines: one
+        warp per line, 32 elements at a time with a ``__shfl_up_sync`` scan and a carry
+        (``tun.rows_per_block == 1`` forces the thread-per-line kernel).
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        xs = ir.shapes[x]
+        dim = int(node.args["dim"]) % max(len(xs), 1)
+        outer, length, inner = row_layout(xs, [dim]) if xs else (1, 1, 1)
+        lines_n = outer * inner
+        out = ir.node(g.output)
+        big = numel(xs) >= 2**31
+        index = "long long" if big else "int"
+        is_sum = node.op == "cumsum"
+        ident, combine = ("0.f", "+") if is_sum else ("1.f", "*")
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre = self.exprs(g.prologue, xs, "i", env, args)
+        value = self.value_of(x, xs, "i", env, args)
+        env2 = dict(env)
+        env2[node.name] = f"v_{node.name}"
+        post = self.exprs(g.epilogue, xs, "i", env2, args)
+        result = env2[out.name]
+        otype = _CTYPE.get(out.dtype, "float")
+        block = min(tun.block_size, 1024)
+        warp = inner == 1 and tun.rows_per_block != 1 and length > 1
+        base = f"(r / {inner}) * {length * inner} + r % {inner}" if inner > 1 else f"r * {length}"
+        if not warp:
+            src = [
+                f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",
+                f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+                f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+                f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
+                f"r += ({index})gridDim.x * {block}) {{",
+                f"    const {index} b = {base};",
+                f"    float run = {ident};",
+                f"    for ({index} k = 0; k < {length}; ++k) {{",
+                f"      const {index} i = b + k * {inner};",
+                *(f"      {line}" for line in pre),
+                f"      run = run {combine} {value};",
+                f"      const float v_{node.name} = run;",
+                *(f"      {line}" for line in post),
+                f"      out[i] = {result};",
+                "    }",
+                "  }",
+                "}",
+            ]
+            grid = max(1, min(math.ceil(lines_n / block), _MAX_GRID))
+            return self._add_kernel(src, kernel, grid, block, args, out)
+        warps = block // 32
+        src = [
+            f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
+            "32 elements a step, shuffle scan plus carry",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            "  const int lane = threadIdx.x & 31;",
+            f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
+            f"r += ({index})gridDim.x * {warps}) {{",
+            f"    const {index} b = {base};",
+            f"    float carry = {ident};",
+            f"    for ({index} k0 = 0; k0 < {length}; k0 += 32) {{",
+            f"      const {index} k = k0 + lane;",
+            f"      const {index} i = b + (k < {length} ? k : 0);",
+            f"      float run = {ident};",
+            f"      if (k < {length}) {{",
+            *(f"        {line}" for line in pre),
+            f"        run = {value};",
+            "      }",
+            "#pragma unroll",
+            "      for (int o = 1; o < 32; o <<= 1) {",
+            "        const float y = __shfl_up_sync(SG_FULL, run, o);",
+            f"        if (lane >= o) run = y {combine} run;",
+            "      }",
+            f"      run = carry {combine} run;",
+            "      carry = __shfl_sync(SG_FULL, run, 31);",
+            f"      if (k < {length}) {{",
+            f"        const float v_{node.name} = run;",
+            *(f"        {line}" for line in post),
+            f"        out[i] = {result};",
+            "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(lines_n / warps), _MAX_GRID))
+        return self._add_kernel(src, kernel, grid, block, args, out)
 
     # ---- GEMM ----------------------------------------------------------------------------------
     def gemm(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
@@ -1429,22 +2017,20 @@ def emit_candidate(
             continue
         tun = tuning.for_item(group.id)
         parts = _split_unfused(ir, group) if not tun.fuse else [group]
-        for part in parts:
-            base = kernels_by_id[group.id]
-            kernel = base + part.id.removeprefix(group.id) if part.id != group.id else base
-            kernel = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in kernel)
-            if part.kind == "pointwise":
-                out = ir.node(part.output)
-                lines = emitter.pointwise(part.id, kernel, part.epilogue, out, tun)
-            elif part.kind == "reduction":
-                lines = emitter.reduction(part, kernel, tun)
-            elif part.kind in ("norm", "softmax"):
-                lines = emitter.row_op(part, kernel, tun)
-            elif part.kind == "conv":
-                lines = emitter.conv(part, kernel, tun)
-            else:
-                lines = emitter.gemm(part, kernel, tun)
-            launch_at.setdefault(part.output, []).extend([f"# {part.id}: {kernel}", *lines])
+        n_kernels = len(emitter.kernels)
+        emitted: list[tuple[Group, list[str]]] = []
+        try:
+            for part in parts:
+                base = kernels_by_id[group.id]
+                kernel = base + part.id.removeprefix(group.id) if part.id != group.id else base
+                kernel = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in kernel)
+                emitted.append((part, [f"# {part.id}: {kernel}", *emitter.emit(part, kernel, tun)]))
+        except Exception as error:  # noqa: BLE001 - the item's ops stay in PyTorch, declared
+            del emitter.kernels[n_kernels:]
+            emitter.notes.append(f"{group.id} left to PyTorch: {type(error).__name__}: {error}")
+            continue
+        for part, lines in emitted:
+            launch_at.setdefault(part.output, []).extend(lines)
             covered.update(part.members)
     body: list[str] = []
     declared: list[str] = []
@@ -1496,7 +2082,8 @@ def emit_candidate(
         )
     host = header + "".join(f"        {line}\n" for line in body)
     kernel_source = PRELUDE + "\n\n" + "\n\n".join(emitter.kernels) + "\n"
-    generated = sorted(wanted)
+    failed = {note.split(" ", 1)[0] for note in emitter.notes}
+    generated = sorted(wanted - failed)
     return Candidate(
         kernel_source=kernel_source,
         host_source=host,
@@ -1513,5 +2100,6 @@ def emit_candidate(
         notes=(
             f"generated items: {', '.join(generated) or 'none'}; "
             f"tuning: {tuning.model_dump_json(exclude={'history'})}"
+            + "".join(f"; {note}" for note in emitter.notes)
         ),
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "INDEXED",
     "OpInfo",
     "OpKind",
     "REGISTRY",
@@ -27,7 +28,17 @@ __all__ = [
 ]
 
 OpKind = Literal[
-    "pointwise", "reduction", "norm", "softmax", "gemm", "conv", "view", "identity", "unsupported"
+    "pointwise",
+    "reduction",
+    "norm",
+    "softmax",
+    "gemm",
+    "conv",
+    "pool",
+    "scan",
+    "view",
+    "identity",
+    "unsupported",
 ]
 
 POINTWISE: OpKind = "pointwise"
@@ -36,6 +47,8 @@ NORM: OpKind = "norm"
 SOFTMAX: OpKind = "softmax"
 GEMM: OpKind = "gemm"
 CONV: OpKind = "conv"
+POOL: OpKind = "pool"
+SCAN: OpKind = "scan"
 VIEW: OpKind = "view"
 IDENTITY: OpKind = "identity"
 UNSUPPORTED: OpKind = "unsupported"
@@ -97,6 +110,8 @@ class OpInfo:
 
 
 REGISTRY: dict[str, OpInfo] = {}
+INDEXED = frozenset({"cat", "stack", "flip", "gather", "pad", "triu", "tril"})
+"""Pointwise ops whose value is read at another position than the output's (no expression)."""
 
 
 def _op(
@@ -163,6 +178,9 @@ _op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabs
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
 _op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
 _op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
+_op("zeros_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0)  # noqa: E501
+_op("ones_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "1", flops=0)  # noqa: E501
+_op("full_like", POINTWISE, "input, fill_value, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "{fill_value}", flops=0)  # noqa: E501
 _op("float", POINTWISE, "input", "(float)({input})", flops=0)
 # ---- pointwise, binary and ternary -----------------------------------------------------------
 _op("add", POINTWISE, "input, other, alpha=1", "({input} + {alpha} * {other})")
@@ -190,6 +208,24 @@ _op("lerp", POINTWISE, "input, end, weight", "({input} + {weight} * ({end} - {in
 _op("addcmul", POINTWISE, "input, tensor1, tensor2, value=1", "({input} + {value} * {tensor1} * {tensor2})", flops=3)  # noqa: E501
 _op("addcdiv", POINTWISE, "input, tensor1, tensor2, value=1", "({input} + {value} * {tensor1} / {tensor2})", flops=3)  # noqa: E501
 _op("batch_norm_eval", POINTWISE, "input, running_mean, running_var, weight=1.0, bias=0.0, eps=1e-05", "(({input} - {running_mean}) * rsqrtf({running_var} + {eps}) * {weight} + {bias})", flops=5, note="batch norm with running statistics (eval mode)")  # noqa: E501
+# ---- elementwise losses (reduction='none'); capture adds the mean/sum -------------------------
+_op("mse_elem", POINTWISE, "input, target, reduction='none'", "(({input} - {target}) * ({input} - {target}))", flops=2)  # noqa: E501
+_op("l1_elem", POINTWISE, "input, target, reduction='none'", "fabsf({input} - {target})", flops=2)  # noqa: E501
+_op("smooth_l1_elem", POINTWISE, "input, target, reduction='none', beta=1.0", "(fabsf({input} - {target}) < {beta} ? 0.5f * ({input} - {target}) * ({input} - {target}) / {beta} : fabsf({input} - {target}) - 0.5f * {beta})", flops=5)  # noqa: E501
+_op("huber_elem", POINTWISE, "input, target, reduction='none', delta=1.0", "(fabsf({input} - {target}) < {delta} ? 0.5f * ({input} - {target}) * ({input} - {target}) : {delta} * (fabsf({input} - {target}) - 0.5f * {delta}))", flops=5)  # noqa: E501
+_op("soft_margin_elem", POINTWISE, "input, target, reduction='none'", "log1pf(expf(-{target} * {input}))", flops=4)  # noqa: E501
+_op("kl_div_elem", POINTWISE, "input, target, reduction='none', log_target=False", "({log_target} ? expf({target}) * ({target} - {input}) : ({target} > 0.f ? {target} * logf({target}) : ({target} == 0.f ? 0.f : SG_NAN)) - {target} * {input})", flops=4, note="xlogy(t, t) - t * x")  # noqa: E501
+_op("bce_elem", POINTWISE, "input, target, reduction='none'", "(({target} - 1.f) * sg_max(log1pf(-{input}), -100.f) - {target} * sg_max(logf({input}), -100.f))", flops=6)  # noqa: E501
+_op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {target}) * {input} + sg_max(-{input}, 0.f) + log1pf(expf(-fabsf({input}))))", flops=6)  # noqa: E501
+# ---- pointwise, reading operands at other positions (emit.py's ``indexed``; they never fuse
+# their producers, whose values must be in memory) ----------------------------------------------
+_op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate"))
+_op("stack", POINTWISE, "tensors, dim=0", flops=0)
+_op("flip", POINTWISE, "input, dims", flops=0)
+_op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="index clamped into range")  # noqa: E501
+_op("pad", POINTWISE, "input, pad, mode='constant', value=None", flops=0, note="constant padding only")  # noqa: E501
+_op("triu", POINTWISE, "input, diagonal=0", flops=1)
+_op("tril", POINTWISE, "input, diagonal=0", flops=1)
 # ---- reductions over one dim, a range of dims or everything ----------------------------------
 _op("sum", REDUCTION, "input, dim=None, keepdim=False, dtype=None")
 _op("mean", REDUCTION, "input, dim=None, keepdim=False, dtype=None")
@@ -204,6 +240,7 @@ _op("var", REDUCTION, "input, dim=None, unbiased=True, keepdim=False, correction
 _op("std", REDUCTION, "input, dim=None, unbiased=True, keepdim=False, correction=None", flops=4)
 _op("logsumexp", REDUCTION, "input, dim, keepdim=False", flops=4)
 _op("norm", REDUCTION, "input, p='fro', dim=None, keepdim=False, dtype=None", flops=2)
+_op("linalg_vector_norm", UNSUPPORTED, "input, ord=2, dim=None, keepdim=False, dtype=None", flops=2, note="ord=2 lowers to norm; other orders stay in PyTorch")  # noqa: E501
 # ---- row operations: softmax family and normalisations ----------------------------------------
 _op("softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
 _op("log_softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
@@ -218,6 +255,18 @@ _op("matmul", GEMM, "input, other", flops=2, aliases=("mm", "bmm"))
 _op("addmm", GEMM, "input, mat1, mat2, beta=1, alpha=1", flops=2)
 _op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
 _op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
+_op("conv3d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
+for _d in (1, 2, 3):
+    _op(f"conv_transpose{_d}d", CONV, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", flops=2, note="cuBLAS SGEMM + col2im gather with fused bias and epilogue (direct gather kernel for grouped ones)")  # noqa: E501
+# ---- pooling windows: one thread per output, the window read in a loop -----------------------
+for _d in (1, 2, 3):
+    _op(f"max_pool{_d}d", POOL, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False", flops=1, note="max over each window (NaN propagates)")  # noqa: E501
+    _op(f"avg_pool{_d}d", POOL, "input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True" + (", divisor_override=None" if _d > 1 else ""), flops=1)  # noqa: E501
+    _op(f"adaptive_avg_pool{_d}d", POOL, "input, output_size", flops=1)
+    _op(f"adaptive_max_pool{_d}d", POOL, "input, output_size, return_indices=False", flops=1)
+# ---- scans along one dim: one thread per line, or a warp per line when lines are contiguous ---
+_op("cumsum", SCAN, "input, dim, dtype=None", flops=1)
+_op("cumprod", SCAN, "input, dim, dtype=None", flops=1)
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)
@@ -234,6 +283,7 @@ _op("getitem", VIEW, "input, index", flops=0, note="basic slicing only")
 _op("narrow", VIEW, "input, dim, start, length", flops=0)
 _op("select", VIEW, "input, dim, index", flops=0)
 _op("unbind", VIEW, "input, dim=0", flops=0)
+_op("unfold", VIEW, "input, dimension, size, step", flops=0, note="Tensor.unfold: overlapping windows as a strided view")  # noqa: E501
 _op("chunk", VIEW, "input, chunks, dim=0", flops=0)
 _op("split", VIEW, "input, split_size_or_sections, dim=0", flops=0)
 # ---- identities: no work at all ---------------------------------------------------------------
@@ -247,16 +297,8 @@ _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need 
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="sorting needs a segmented radix sort; no rule emits it")  # noqa: E501
 _op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="top-k needs a selection kernel; no rule emits it")  # noqa: E501
-_op("cumsum", UNSUPPORTED, "input, dim, dtype=None", note="scans are not generated yet")
-_op("cumprod", UNSUPPORTED, "input, dim, dtype=None", note="scans are not generated yet")
-_op("max_pool2d", UNSUPPORTED, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False", note="pooling windows are not generated yet")  # noqa: E501
-_op("avg_pool2d", UNSUPPORTED, "input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None", note="pooling windows are not generated yet")  # noqa: E501
-_op("conv_transpose2d", UNSUPPORTED, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", note="transposed convolution is not generated yet")  # noqa: E501
-_op("conv3d", UNSUPPORTED, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", note="3-D convolution is not generated yet")  # noqa: E501
 _op("embedding", UNSUPPORTED, "input, weight", note="gathers with integer indices are not generated yet")  # noqa: E501
 _op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
-_op("cat", UNSUPPORTED, "tensors, dim=0", note="concatenation is not generated yet", aliases=("concat", "concatenate"))  # noqa: E501
-_op("stack", UNSUPPORTED, "tensors, dim=0", note="stacking is not generated yet")
 # fmt: on
 
 

@@ -25,12 +25,13 @@ from stitch_graph.codegen.ir import (
     numel,
     row_layout,
 )
-from stitch_graph.codegen.ops import explain_unsupported, lookup
+from stitch_graph.codegen.ops import INDEXED, explain_unsupported, lookup
 
 __all__ = [
     "groups_from_plan",
     "node_kind",
     "plan_program",
+    "pool_dims",
     "reduction_dims",
     "schedule_program",
 ]
@@ -43,6 +44,8 @@ _ITEM_KIND = {
     "softmax": "norm",
     "gemm": "gemm",
     "conv": "conv",
+    "pool": "reduction",
+    "scan": "reduction",
 }
 _LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
 _HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
@@ -84,12 +87,93 @@ def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     return ""
 
 
+def pool_dims(node: OpNode) -> int:
+    """Spatial dims of a pooling op (``max_pool2d`` -> 2)."""
+    return int(node.op.removesuffix("d")[-1])
+
+
+def _pool_ok(ir: ProgramIR, node: OpNode) -> str:
+    src = node.args.get("input")
+    if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != "float32":
+        return "needs a float32 tensor input and output"
+    if node.args.get("return_indices"):
+        return "with return_indices"
+    nd = pool_dims(node)
+    if len(ir.shapes[src]) not in (nd + 1, nd + 2) or len(node.shape) != len(ir.shapes[src]):
+        return f"needs a {nd + 1}-d or {nd + 2}-d input"
+    if node.op.startswith("adaptive"):
+        return ""
+    for key in ("kernel_size", "stride", "padding", "dilation"):
+        value = node.args.get(key)
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        if not all(v is None or isinstance(v, int) for v in values) or len(values) not in (
+            0,
+            1,
+            nd,
+        ):
+            return f"{key}={value!r}"
+    return ""
+
+
+def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
+    nd = max(len(node.shape), 1)
+    if node.op in ("cat", "stack"):
+        tensors = node.args.get("tensors")
+        if not isinstance(tensors, list | tuple) or not all(isinstance(t, Ref) for t in tensors):
+            return "unsupported", f"unsupported: {node.op} of non-tensors"
+        dim = node.args.get("dim", 0)
+        if not isinstance(dim, int) or not tensors:
+            return "unsupported", f"unsupported: {node.op} with dim={dim!r}"
+        ranks = {len(ir.shapes[t]) for t in tensors}
+        if ranks != {nd - (node.op == "stack")} or {ir.dtypes[t] for t in tensors} != {node.dtype}:
+            return "unsupported", f"unsupported: {node.op} of mixed ranks or dtypes"
+        return "pointwise", ""
+    if node.op == "flip":
+        dims = node.args.get("dims")
+        dims = dims if isinstance(dims, list | tuple) else [dims]
+        if not all(isinstance(d, int) for d in dims):
+            return "unsupported", f"unsupported: flip with dims={dims!r}"
+        return "pointwise", ""
+    if node.op == "pad":
+        pads = node.args.get("pad")
+        src = node.args.get("input")
+        ok = (
+            isinstance(pads, list | tuple)
+            and all(isinstance(v, int) for v in pads)
+            and len(pads) % 2 == 0
+            and len(pads) // 2 <= nd
+            and node.args.get("mode", "constant") == "constant"
+            and isinstance(src, Ref)
+            and len(ir.shapes[src]) == nd
+            and isinstance(node.args.get("value") or 0.0, int | float)
+        )
+        return ("pointwise", "") if ok else ("unsupported", "unsupported: pad (constant mode only)")
+    if node.op == "gather":
+        index, src = node.args.get("index"), node.args.get("input")
+        if not isinstance(index, Ref) or not isinstance(src, Ref) or ir.dtypes[index] != "int64":
+            return "unsupported", "unsupported: gather needs tensor input and int64 index"
+        if len(ir.shapes[src]) != nd or not isinstance(node.args.get("dim"), int):
+            return "unsupported", "unsupported: gather with these ranks or dim"
+        return "pointwise", ""
+    if len(node.shape) < 2 or not isinstance(node.args.get("diagonal", 0), int):
+        return "unsupported", f"unsupported: {node.op} needs a matrix and an int diagonal"
+    return "pointwise", ""
+
+
 def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     """Scheduling kind of a node (``pointwise``, ``reduction``, ..., ``view``, ``unsupported``).
 
     Returns:
-        ``(kind, reason)``; ``reason`` explains an ``unsupported`` kind.
+        ``(kind, reason)``; ``reason`` explains an ``unsupported`` kind. Arguments the rules do
+        not understand make the node ``unsupported``, never an exception.
     """
+    try:
+        return _node_kind(ir, node)
+    except Exception as error:  # noqa: BLE001 - odd arguments: the op stays in PyTorch
+        return "unsupported", f"unsupported: {node.op} ({type(error).__name__}: {error})"
+
+
+def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     info = lookup(node.op)
     if info is None or info.kind == "unsupported":
         return "unsupported", explain_unsupported(node.op)
@@ -100,6 +184,8 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         bad = ", ".join(sorted(dtypes - _DTYPES))
         return "unsupported", f"unsupported: {node.op} on {bad} tensors"
     if info.kind == "pointwise":
+        if node.op in INDEXED:
+            return _indexed_ok(ir, node)
         if info.expr is None:
             return "unsupported", f"unsupported: {node.op} (no expression)"
         return "pointwise", ""
@@ -118,12 +204,30 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
                 return "unsupported", f"unsupported: {node.op} with a {len(shape)}-d operand"
             if node.op != "linear" and matrix_layout(shape, strides) is None:
                 return "unsupported", f"unsupported: {node.op} operand layout {strides}"
-        if node.op == "linear" and not ir.is_contiguous(node.args["input"]):
+        if node.op == "linear" and not all(
+            ir.is_contiguous(r) for r in (node.args.get("input"), node.args.get("weight"))
+        ):
             return "unsupported", "unsupported: linear on a strided input"
         return "gemm", ""
+    if info.kind == "pool":
+        reason = _pool_ok(ir, node)
+        return ("pool", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
+    if info.kind == "scan":
+        src = node.args.get("input")
+        if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != "float32":
+            return "unsupported", f"unsupported: {node.op} (needs float32 input and output)"
+        if not isinstance(node.args.get("dim"), int):
+            return "unsupported", f"unsupported: {node.op} (dim must be an int)"
+        return "scan", ""
     if info.kind == "conv":
         if isinstance(node.args.get("padding"), str) and node.args["padding"] != "valid":
             return "unsupported", f"unsupported: {node.op} with padding={node.args['padding']!r}"
+        nd = int(node.op.removesuffix("d")[-1])
+        x, w = node.args.get("input"), node.args.get("weight")
+        if not isinstance(x, Ref) or not isinstance(w, Ref):
+            return "unsupported", f"unsupported: {node.op} without tensor input and weight"
+        if len(ir.shapes[x]) != nd + 2 or len(ir.shapes[w]) != nd + 2:
+            return "unsupported", f"unsupported: {node.op} on an unbatched input"
         return "conv", ""
     return "unsupported", explain_unsupported(node.op)
 
@@ -173,7 +277,9 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             continue
         if kind == "pointwise":
             candidates: list[Group] = []
-            for ref in node.tensor_refs():
+            # cat/flip/gather read their operands at other positions: those stay in memory
+            operands = [] if node.op in INDEXED - {"triu", "tril"} else node.tensor_refs()
+            for ref in operands:
                 g = group_of.get(ref.name) if ref.kind == "node" else None
                 if g is None or g in candidates or users[g.output] != [node.name]:
                     continue
@@ -196,7 +302,8 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
         group = new_group(kind, node.name, node.name)
         group_of[node.name] = group
         src = node.args.get("input")
-        if kind in ("reduction", "norm", "softmax") and isinstance(src, Ref) and src.kind == "node":
+        prologue_kinds = ("reduction", "norm", "softmax", "pool", "scan")
+        if kind in prologue_kinds and isinstance(src, Ref) and src.kind == "node":
             g = group_of.get(src.name)
             if (
                 g is not None
@@ -239,7 +346,9 @@ def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
             flops += 2.0 * numel(node.shape) * a[-1]
         elif info is not None and info.kind == "conv":
             w = ir.shapes[node.args["weight"]]
-            flops += 2.0 * numel(node.shape) * numel(w[1:])
+            x = ir.shapes[node.args["input"]]
+            per = numel(x) if node.op.startswith("conv_transpose") else numel(node.shape)
+            flops += 2.0 * per * numel(w[1:])
         else:
             flops += (info.flops if info else 1.0) * numel(node.shape)
     out = ir.node(group.output)
@@ -268,6 +377,10 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         )
     if group.kind in ("reduction", "norm", "softmax"):
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
+    if group.kind == "pool":
+        items.append("one thread per output, the window read in a loop; float32 accumulation")
+    if group.kind == "scan":
+        items.append("sequential float32 scan per line: a thread per line, or a warp per line")
     return items
 
 
@@ -296,8 +409,8 @@ def _hotspot_score(ir: ProgramIR, group: Group, hotspots: list[Hotspot]) -> floa
     for h in hotspots:
         name = h.op.split("::")[-1].split(".")[0].lstrip("_")
         aliases = {name, {"addmm": "linear", "mm": "matmul", "bmm": "matmul"}.get(name, name)}
-        if name in ("convolution", "cudnn_convolution"):
-            aliases.add("conv2d")
+        if "convolution" in name:
+            aliases |= {op for op in ops if op.startswith("conv")}
         if ops & aliases:
             score += h.cuda_time_us or h.share
     return score
