@@ -30,18 +30,8 @@ def test_cuda_graph_requested_by_tuning_wraps_the_launches() -> None:
     assert check_candidate(graphed, reference_source=task.source).findings == []
 
 
-def test_plan_marks_many_tiny_launches_as_launch_bound(tmp_path: Path) -> None:
-    problem = tmp_path / "tiny_chain.py"
-    problem.write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def forward(self, x, w):\n"
-        "        return torch.softmax(torch.relu(x @ w).sum(dim=0, keepdim=True) * x, dim=1)"
-        ".mean(dim=0)\n\n\n"
-        "def get_inputs():\n    return [torch.randn(8, 16), torch.randn(16, 16)]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
-    )
-    task = load_task(problem)
+def test_plan_marks_many_tiny_launches_as_launch_bound() -> None:
+    task = load_task(ROOT / "tests" / "fixtures" / "codegen_problems" / "launch_bound_chain.py")
     ir = capture_program(task)
     plan = plan_program(ir)
     assert plan.host.cuda_graph, plan.host.notes

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SOURCE = r"""
 extern "C" __global__ void pack(double* out, float a, int b, long long c, unsigned int d,
@@ -111,23 +114,14 @@ extern "C" __global__ void add_one(const float* x, float* out, int n) {
     assert len(library._graphs) == 2
 
 
-def test_generated_launch_bound_program_with_cublas_replays_correctly(tmp_path) -> None:
+def test_generated_launch_bound_program_with_cublas_replays_correctly() -> None:
     import torch
 
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.runtime.kernels import KernelLibrary
     from stitch_graph.task import load_task
 
-    problem = tmp_path / "tiny_chain.py"
-    problem.write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def forward(self, x, w):\n"
-        "        return torch.softmax(torch.relu(x @ w).sum(dim=0, keepdim=True) * x, dim=1)"
-        ".mean(dim=0)\n\n\n"
-        "def get_inputs():\n    return [torch.randn(8, 16), torch.randn(16, 16)]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
-    )
+    problem = ROOT / "tests" / "fixtures" / "codegen_problems" / "launch_bound_chain.py"
     task = load_task(problem)
     ir = capture_program(task)
     plan = plan_program(ir)
