@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 
 from stitch_graph.runtime.kernels import _ArgumentBlock, _dims, kernel_signatures
@@ -55,5 +56,6 @@ def test_unsupported_scalar_types_are_refused() -> None:
 
 def test_grid_and_block_shapes() -> None:
     assert _dims(5) == (5, 1, 1)
+    assert _dims(np.int64(7)) == (7, 1, 1)
     assert _dims((4, 2)) == (4, 2, 1)
     assert _dims([1, 2, 3]) == (1, 2, 3)

@@ -177,8 +177,8 @@ class _Driver:
 
 
 def _dims(value: int | Sequence[int]) -> tuple[int, int, int]:
-    if isinstance(value, int):
-        return value, 1, 1
+    if not isinstance(value, Sequence):  # an int, or a NumPy or tensor scalar
+        return int(value), 1, 1
     dims = tuple(int(v) for v in value) + (1, 1)
     return dims[0], dims[1], dims[2]
 
