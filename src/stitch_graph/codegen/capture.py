@@ -3,17 +3,20 @@
 The reference is executed only symbolically: the model is built on the meta device (rebuilt on the
 CPU under ``torch.manual_seed(0)`` only when it holds constants whose values the host code needs),
 traced with ``torch.fx.symbolic_trace`` through every submodule but the normalisations
-(``torch.export`` when fx fails), and
+(``torch.export`` when fx fails or its graph does not run, its ATen calls spelled with public
+callables in host code), and
 shapes come from ``ShapeProp`` on meta tensors, so a problem with gigabytes of weights captures in
 milliseconds. Every call becomes a canonical op (``F.gelu(x, approximate="tanh")`` ->
-``gelu_tanh``, ``x.sum(1)`` -> ``sum``, ``nn.BatchNorm2d`` in eval -> ``batch_norm_eval``) with
-its arguments bound to the op registry's signature names.
+``gelu_tanh``, ``x.sum(1)`` -> ``sum``, ``nn.BatchNorm2d`` in eval -> ``batch_norm_eval``, ``x.T``
+-> ``permute``, a global average pool -> ``mean``) with its arguments bound to the op registry's
+signature names; composite calls (losses, distances, attention, two-operand ``einsum``) are
+decomposed into registry ops, constants built in ``forward`` are baked, and in-place ops rebind the
+tensor they mutate. Unknown calls keep all their arguments and stay in PyTorch.
 """
 
 from __future__ import annotations
 
 import builtins
-import copy
 import math
 import operator
 from typing import Any
@@ -63,6 +66,10 @@ _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake int
 
 class CaptureError(RuntimeError):
     """The program could not be traced or its shapes could not be propagated."""
+
+
+class _PropagationError(CaptureError):
+    """The traced graph does not run on meta tensors."""
 
 
 _LEAF_MODULES = (
@@ -242,30 +249,6 @@ def _meta_inputs(task: Task, namespace: dict[str, Any]) -> tuple[list[Any], list
     return values, dtypes
 
 
-def _checked_trace(
-    namespace: dict[str, Any],
-    init_args: list[Any],
-    model: torch.nn.Module,
-    args: list[Any],
-    device: str = "meta",
-) -> tuple[torch.nn.Module, torch.fx.GraphModule, str]:
-    """Trace ``model``; when the fx graph does not run on meta tensors (a forward that assigns
-    module attributes, say), export a freshly built model instead."""
-    gm, method = _trace(model, args)
-    if method != "fx":
-        return model, gm, method
-    try:
-        _RecordingShapeProp(copy.deepcopy(gm).to("meta")).propagate(*args)
-    except Exception:  # noqa: BLE001
-        model = (
-            _meta_model(namespace, init_args)
-            if device == "meta"
-            else _build_model(namespace, init_args, device)
-        )
-        return model, _export(model, args), "export"
-    return model, gm, method
-
-
 def _graph_to_meta(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Parameters, buffers and plain tensor attributes the graph reads, moved to meta."""
     gm = gm.to("meta")
@@ -341,7 +324,7 @@ def capture_program(task: Task) -> ProgramIR:
         init_args = list(namespace["get_init_inputs"]())
     model = _meta_model(namespace, init_args)
     args, in_dtypes = _meta_inputs(task, namespace)
-    model, gm, method = _checked_trace(namespace, init_args, model, args)
+    gm, method = _trace(model, args)
     state = model.state_dict()
     needs_values = any(n.op == "get_attr" and n.target not in state for n in gm.graph.nodes) or any(
         name in m._non_persistent_buffers_set
@@ -349,11 +332,26 @@ def capture_program(task: Task) -> ProgramIR:
         for name in m._buffers
     )
     on_meta = any(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
+
+    def fresh() -> torch.nn.Module:
+        if needs_values and on_meta:
+            return _build_model(namespace, init_args, "cpu")
+        return _meta_model(namespace, init_args)
+
     if needs_values and on_meta:
-        model = _build_model(namespace, init_args, "cpu")
-        model, gm, method = _checked_trace(namespace, init_args, model, args, "cpu")
+        model = fresh()
+        gm, method = _trace(model, args)
         state = model.state_dict()
-    return _lower(task, model, gm, method, args, in_dtypes, state)
+    try:
+        return _lower(task, model, gm, method, args, in_dtypes, state)
+    except _PropagationError:
+        if method != "fx":
+            raise
+    # the fx graph does not run (a forward that assigns module attributes, say): export a
+    # freshly built model instead (the trace may have changed the old one)
+    model = fresh()
+    gm = _export(model, args)
+    return _lower(task, model, gm, "export", args, in_dtypes, model.state_dict())
 
 
 def _param_specs(model: torch.nn.Module) -> list[ParamSpec]:
@@ -405,7 +403,7 @@ def _lower(
         _RecordingShapeProp(meta_gm).propagate(*args)
     except Exception as error:  # noqa: BLE001
         msg = f"shape propagation on meta tensors failed: {error}"
-        raise CaptureError(msg) from error
+        raise _PropagationError(msg) from error
     ir = ProgramIR(
         task=task,
         inputs=[],
@@ -733,7 +731,7 @@ def _rewrite_call(
     if name == "index" and isinstance(first, Ref) and len(call_args) == 2:
         # aten.index(x, [i, None, j]) is x[i, :, j] (Tensor.index is something else)
         index = tuple(slice(None) if i is None else i for i in call_args[1])
-        return "index", "operator.getitem", [first, index], {}
+        return "getitem", "operator.getitem", [first, index], {}
     if name == "slice" and isinstance(first, Ref):
         given = list(call_args[1:5])
         dim, start, end, step = given + [0, None, None, 1][len(given) :]
@@ -850,6 +848,14 @@ def _variant(
             else:
                 new_op = "argmax" if parent.op == "max" else "argmin"
             return new_op, dict(parent.args), attrs
+        index = bound.get("index")
+        items = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, Ref) for i in _flat(list(items))):
+            # advanced indexing with a tensor copies: not a view
+            return "index", {"input": src, "indices": items}, attrs
+    if op == "index_select" and isinstance(bound.get("dim"), int):
+        dim = bound["dim"] % max(len(ir.shapes.get(bound["input"], ())), 1)
+        return "index", {"input": bound["input"], "indices": (*[slice(None)] * dim, bound["index"])}, attrs  # noqa: E501
     if op == "batch_norm" and not bound.get("training"):
         channels = shape[1] if len(shape) > 1 else shape[0]
         per_channel = (channels,) + (1,) * max(len(shape) - 2, 0)
@@ -1100,6 +1106,12 @@ def _decompose(
     kwargs = dict(_subst(fx_node.kwargs, env))
     if name == "einsum":
         return _decompose_einsum(ir, fx_node, args, ours)
+    if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
+        idx, weight = args[0], args[1]
+        plain = all(v in (None, False, 2.0) for v in [*args[2:], *kwargs.values()])
+        if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
+            b = _Builder(ir, ours, fx_node.name)
+            return b("index", operator.getitem, weight, (idx,))
     signature = _DECOMPOSE_SIGNATURES.get(name)
     if signature is None or fx_node.op != "call_function":
         return None

@@ -8,8 +8,14 @@ and long); softmax/log-softmax and layer/group/batch/instance/RMS norms (fused a
 row held in registers (float4 twin; one read, one write) when it fits, else a statistics pass
 (online max+sum, Welford) then a write pass that reads the row again; convolutions (groups=1) as
 im2col by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
-fused; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
-generated run in PyTorch inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
+fused (1-D, 2-D and 3-D); transposed convolutions (groups=1) as cuBLAS SGEMM into a column buffer
++ a col2im gather that fuses bias and epilogue, else a direct gather kernel; pooling (max, average,
+adaptive) as a pointwise kernel whose anchor value loops over the window; scans (cumsum/cumprod)
+with a thread per line or a warp per line (shuffle scan plus carry); ops that read other positions
+(cat, stack, flip, gather, index, roll, pad, triu/tril) as pointwise expressions with their own
+indexing; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
+generated, or whose emission fails, run in PyTorch inside ``forward`` and are declared in
+``Candidate.declared_torch_ops``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from stitch_graph.artifacts import Candidate, Plan
 from stitch_graph.codegen._cuda import PRELUDE
@@ -33,7 +41,13 @@ from stitch_graph.codegen.ir import (
     row_layout,
 )
 from stitch_graph.codegen.ops import INDEXED, lookup
-from stitch_graph.codegen.schedule import groups_from_plan, node_kind, pool_dims, reduction_dims
+from stitch_graph.codegen.schedule import (
+    groups_from_plan,
+    index_position,
+    node_kind,
+    pool_dims,
+    reduction_dims,
+)
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
 __all__ = ["EmitError", "emit_candidate"]
@@ -391,6 +405,31 @@ class _Emitter:
             k = f"({k} < 0 ? {k} + {size} : {k})"
             k = f"min(max({k}, 0LL), {size - 1}LL)"
             return f"{args.param(src)}[{base(src, {dim})} + {k} * {stride(src, dim)}]"
+        if node.op == "index":
+            src = node.args["input"]
+            d, index = index_position(ir, node) or (0, node.args["input"])
+            rshape, rstrides = ir.shapes[src], ir.strides[src]
+            k = len(ir.shapes[index])
+            at = " + ".join(
+                [f"{coord(d + m)} * {s_}" for m, s_ in enumerate(ir.strides[index]) if ir.shapes[index][m] != 1]  # noqa: E501
+            ) or "0"
+            i = f"(long long)({args.param(index)}[{at}])"
+            i = f"min(max(({i} < 0 ? {i} + {rshape[d]} : {i}), 0LL), {rshape[d] - 1}LL)"
+            terms = [f"{i} * {rstrides[d]}"]
+            for j in range(len(rshape)):
+                if j != d and rshape[j] != 1:
+                    terms.append(f"{coord(j if j < d else j + k - 1)} * {rstrides[j]}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
+        if node.op == "roll":
+            src = node.args["input"]
+            shifts, dims = node.args["shifts"], node.args["dims"]
+            shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+            dims = [int(v) % nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
+            terms = [base(src, set(dims))]
+            for shift, d in zip(shifts, dims, strict=True):
+                n = shape[d]
+                terms.append(f"(({coord(d)} + {(-int(shift)) % n}) % {n}) * {stride(src, d)}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
         if node.op == "pad":
             src = node.args["input"]
             pads = [int(v) for v in node.args["pad"]]
@@ -1950,6 +1989,10 @@ def _render(value: Any) -> str:
         return "{" + ", ".join(f"{k!r}: {_render(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
         return f"float({str(value)!r})"
+    if isinstance(value, torch.device):
+        return "_dev"  # traced on meta tensors: the device is the inputs' at run time
+    if isinstance(value, slice):
+        return f"slice({_render(value.start)}, {_render(value.stop)}, {_render(value.step)})"
     return repr(value)
 
 

@@ -110,7 +110,7 @@ class OpInfo:
 
 
 REGISTRY: dict[str, OpInfo] = {}
-INDEXED = frozenset({"cat", "stack", "flip", "gather", "pad", "triu", "tril"})
+INDEXED = frozenset({"cat", "stack", "flip", "gather", "index", "roll", "pad", "triu", "tril"})
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
 
 
@@ -223,6 +223,9 @@ _op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate
 _op("stack", POINTWISE, "tensors, dim=0", flops=0)
 _op("flip", POINTWISE, "input, dims", flops=0)
 _op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="index clamped into range")  # noqa: E501
+_op("index", POINTWISE, "input, indices", flops=0, note="x[..., i, ...] with one integer tensor index (indices clamped into range)")  # noqa: E501
+_op("index_select", POINTWISE, "input, dim, index", flops=0)
+_op("roll", POINTWISE, "input, shifts, dims=None", flops=0)
 _op("pad", POINTWISE, "input, pad, mode='constant', value=None", flops=0, note="constant padding only")  # noqa: E501
 _op("triu", POINTWISE, "input, diagonal=0", flops=1)
 _op("tril", POINTWISE, "input, diagonal=0", flops=1)
@@ -297,7 +300,6 @@ _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need 
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="sorting needs a segmented radix sort; no rule emits it")  # noqa: E501
 _op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="top-k needs a selection kernel; no rule emits it")  # noqa: E501
-_op("embedding", UNSUPPORTED, "input, weight", note="gathers with integer indices are not generated yet")  # noqa: E501
 _op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
 # fmt: on
 

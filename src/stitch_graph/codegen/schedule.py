@@ -6,11 +6,14 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
   reader and is not a program output; pure pointwise groups merge freely (their expressions are
   recomputed at each output element, broadcasting by stride-0 indexing), an anchored group takes
   the node as epilogue when the node has the anchor's output shape;
-* reductions, normalisations and softmax take their single-reader pointwise producer group as a
-  prologue (computed on load) and their pointwise consumers as epilogue;
-* GEMMs are cuBLAS anchors and convolutions direct-convolution anchors; both take epilogues
+* reductions, normalisations, softmax, pooling and scans take their single-reader pointwise
+  producer group as a prologue (computed on load) and their pointwise consumers as epilogue;
+* GEMMs are cuBLAS anchors and convolutions (plain or transposed) anchors; both take epilogues
   (linear's bias included) but no prologue;
-* views run on the host; ops the registry cannot emit stay in PyTorch and are named.
+* pointwise ops that read their operands at other positions than the output's (cat, flip,
+  gather, ...: ``ops.INDEXED``) never absorb their producers, whose values must be in memory;
+* views run on the host; ops the registry cannot emit stay in PyTorch and are named, and a node
+  whose arguments the rules do not understand is unsupported rather than an exception.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from stitch_graph.codegen.ops import INDEXED, explain_unsupported, lookup
 
 __all__ = [
     "groups_from_plan",
+    "index_position",
     "node_kind",
     "plan_program",
     "pool_dims",
@@ -115,6 +119,28 @@ def _pool_ok(ir: ProgramIR, node: OpNode) -> str:
     return ""
 
 
+def index_position(ir: ProgramIR, node: OpNode) -> tuple[int, Ref] | None:
+    """``(dim, index)`` of ``x[:, ..., i]`` with one integer tensor ``i`` after full slices."""
+    items = node.args.get("indices")
+    items = list(items) if isinstance(items, list | tuple) else [items]
+    tensors = [k for k, v in enumerate(items) if isinstance(v, Ref)]
+    if len(tensors) != 1:
+        return None
+    d = tensors[0]
+    index = items[d]
+    if any(v != slice(None) for v in items[:d] + items[d + 1 :]):
+        return None
+    if ir.dtypes.get(index) not in ("int64",) or d >= len(ir.shapes[node.args["input"]]):
+        return None
+    return d, index
+
+
+def _index_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
+    if not isinstance(node.args.get("input"), Ref) or index_position(ir, node) is None:
+        return "unsupported", "unsupported: index (one int64 tensor index after full slices)"
+    return "pointwise", ""
+
+
 def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     nd = max(len(node.shape), 1)
     if node.op in ("cat", "stack"):
@@ -148,6 +174,15 @@ def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
             and isinstance(node.args.get("value") or 0.0, int | float)
         )
         return ("pointwise", "") if ok else ("unsupported", "unsupported: pad (constant mode only)")
+    if node.op == "index":
+        return _index_ok(ir, node)
+    if node.op == "roll":
+        shifts, dims = node.args.get("shifts"), node.args.get("dims")
+        shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+        dims = list(dims) if isinstance(dims, list | tuple) else [dims]
+        if len(shifts) != len(dims) or not all(isinstance(v, int) for v in shifts + dims):
+            return "unsupported", "unsupported: roll (needs int shifts and dims)"
+        return "pointwise", ""
     if node.op == "gather":
         index, src = node.args.get("index"), node.args.get("input")
         if not isinstance(index, Ref) or not isinstance(src, Ref) or ir.dtypes[index] != "int64":
