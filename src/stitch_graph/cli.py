@@ -172,7 +172,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     report = final.get("report")
     print(report.summary if report else "run ended without a report")
     print(f"outputs: {out}")
-    return 0 if report is not None and report.outcome not in ("failed", "no_program", "unsupported") else 1
+    ended_without_program = ("failed", "no_program", "unsupported")
+    return 0 if report is not None and report.outcome not in ended_without_program else 1
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
