@@ -80,6 +80,30 @@ def _column_splits(rows: int, length: int) -> int:
     return max(1, min(wanted, length // 32, 1024))
 
 
+def _two_stage_launch(
+    g: Group,
+    kernel: str,
+    out: Any,
+    args: _Args,
+    args2: _Args,
+    partials: int,
+    launch1: tuple[int, int],
+    launch2: tuple[int, int],
+) -> list[str]:
+    """Host lines of a split reduction: a workspace of ``partials`` accumulators (16 bytes
+    each), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``."""
+    ws = f"_ws_{g.id}"
+    p1 = ", ".join([*(_py(r) for r in args.refs), ws])
+    p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
+    return [
+        f"{ws} = torch.empty({partials * 16}, device=_dev, dtype=torch.uint8)",
+        f"KERNELS.{kernel}_part({launch1[0]}, {launch1[1]}, {p1})",
+        f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+        f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+        f"KERNELS.{kernel}({launch2[0]}, {launch2[1]}, {p2})",
+    ]
+
+
 class EmitError(ValueError):
     """The plan asks for something the emitter cannot produce."""
 
@@ -768,18 +792,9 @@ class _Emitter:
         ]
         self.kernels.append("\n".join(stage1))
         self.kernels.append("\n".join(stage2))
-        ws = f"_ws_{g.id}"
-        p1 = ", ".join([*(_py(r) for r in args.refs), ws])
-        p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
         grid1 = max(1, min(math.ceil(total / block), _MAX_GRID))
         grid2 = max(1, min(math.ceil(rows / block), _MAX_GRID))
-        return [
-            f"{ws} = torch.empty({total * 16}, device=_dev, dtype=torch.uint8)",
-            f"KERNELS.{kernel}_part({grid1}, {block}, {p1})",
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
-            f"KERNELS.{kernel}({grid2}, {block}, {p2})",
-        ]
+        return _two_stage_launch(g, kernel, out, args, args2, total, (grid1, block), (grid2, block))
 
     def _split_reduction(
         self,
@@ -839,16 +854,9 @@ class _Emitter:
         ]
         self.kernels.append("\n".join(stage1))
         self.kernels.append("\n".join(stage2))
-        ws = f"_ws_{g.id}"
-        p1 = ", ".join([*(_py(r) for r in args.refs), ws])
-        p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
-        return [
-            f"{ws} = torch.empty({rows * splits * 16}, device=_dev, dtype=torch.uint8)",
-            f"KERNELS.{kernel}_part({rows * splits}, {block}, {p1})",
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
-            f"KERNELS.{kernel}({rows}, {block2}, {p2})",
-        ]
+        return _two_stage_launch(
+            g, kernel, out, args, args2, rows * splits, (rows * splits, block), (rows, block2)
+        )
 
     # ---- softmax and normalisations ------------------------------------------------------------
     def _row_cached(
