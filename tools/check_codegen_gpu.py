@@ -11,8 +11,12 @@ refilled), ``events`` (events around one call, nothing flushed), ``loop`` (event
 back-to-back calls, per call: the host overlaps the device) and ``kernels`` (the summed CUDA time of
 the kernels, from ``torch.profiler``: no host time at all); torch._dynamo's counters follow.
 
+With ``--isolate S`` every problem runs in a worker process that is replaced after a crash or
+after S seconds without an answer, so one bad kernel (an illegal address poisons the CUDA context)
+costs one row, not the sweep. ``--tol`` sets atol = rtol (KernelBench's own checks use 1e-2).
+
 Usage: ``PYTHONPATH=src python tools/check_codegen_gpu.py [problems_dir] [--compile-budget S]
-[--only TEXT] [--methods]``
+[--only TEXT] [--methods] [--isolate S] [--tol T]``
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ def _outs(value) -> list[torch.Tensor]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def check(path: Path, compile_left: float, methods: bool = False) -> dict:
+def check(path: Path, compile_left: float, methods: bool = False, tol: float = 1e-4) -> dict:
     row: dict = {"name": f"{path.parent.name}/{path.stem}"}
     task = load_task(str(path))
     ir = capture_program(task)
@@ -153,7 +157,7 @@ def check(path: Path, compile_left: float, methods: bool = False) -> dict:
                     continue
                 diff = (e.double() - g.double()).abs()
                 worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
-                ok &= bool(torch.allclose(e, g, atol=1e-4, rtol=1e-4, equal_nan=True))
+                ok &= bool(torch.allclose(e, g, atol=tol, rtol=tol, equal_nan=True))
         row["correct"] = ok
         row["max_err"] = worst
         args = _inputs(namespace, 7)
@@ -178,12 +182,69 @@ def check(path: Path, compile_left: float, methods: bool = False) -> dict:
     return row
 
 
+def _serve(jobs, rows) -> None:
+    """Worker process: check each problem it is sent; exceptions become rows."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    while (job := jobs.get()) is not None:
+        path, budget, methods, tol = job
+        try:
+            rows.put(check(Path(path), budget, methods, tol))
+        except Exception as error:  # noqa: BLE001
+            rows.put({"error": f"{type(error).__name__}: {error}"})
+
+
+class _IsolatedChecker:
+    """Runs ``check`` in a spawned worker; a crash or a hang becomes an error row."""
+
+    def __init__(self, timeout_s: float) -> None:
+        import multiprocessing
+
+        self._ctx = multiprocessing.get_context("spawn")
+        self._timeout = timeout_s
+        self._worker = None
+
+    def __call__(self, path: Path, budget: float, methods: bool, tol: float) -> dict:
+        import queue
+
+        if self._worker is None or not self._worker.is_alive():
+            self._jobs, self._rows = self._ctx.Queue(), self._ctx.Queue()
+            self._worker = self._ctx.Process(target=_serve, args=(self._jobs, self._rows))
+            self._worker.start()
+        self._jobs.put((str(path), budget, methods, tol))
+        deadline = time.time() + self._timeout
+        while time.time() < deadline:
+            try:
+                row = self._rows.get(timeout=1.0)
+            except queue.Empty:
+                if not self._worker.is_alive():
+                    return self._lost(f"worker died (exit code {self._worker.exitcode})")
+                continue
+            if "error" in row:
+                raise RuntimeError(row["error"])
+            return row
+        return self._lost(f"no answer in {self._timeout:.0f} s")
+
+    def _lost(self, why: str) -> dict:
+        self._worker.kill()
+        self._worker.join()
+        self._worker = None
+        raise RuntimeError(why)
+
+    def close(self) -> None:
+        if self._worker is not None and self._worker.is_alive():
+            self._jobs.put(None)
+            self._worker.join(timeout=10)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("problems", nargs="?", default="problems")
     parser.add_argument("--compile-budget", type=float, default=240.0)
     parser.add_argument("--only", default="")
     parser.add_argument("--methods", action="store_true", help="time four ways (see above)")
+    parser.add_argument("--isolate", type=float, default=0.0, help="per-problem worker timeout (s)")
+    parser.add_argument("--tol", type=float, default=1e-4, help="atol = rtol of the comparison")
     opts = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -195,9 +256,10 @@ def main() -> int:
     )
     budget = opts.compile_budget
     ratios_e, ratios_c, correct = [], [], 0
+    run = _IsolatedChecker(opts.isolate) if opts.isolate > 0 else check
     for path in files:
         try:
-            row = check(path, budget, opts.methods)
+            row = run(path, budget, opts.methods, opts.tol)
         except Exception as error:  # noqa: BLE001
             print(f"{path.parent.name}/{path.stem:34s} ERROR {type(error).__name__}: {error}"[:300])
             traceback.print_exc(limit=2, file=sys.stdout)
@@ -221,6 +283,9 @@ def main() -> int:
         if "dynamo" in row:
             print(f"    dynamo   {row['dynamo']}")
         sys.stdout.flush()
+
+    if isinstance(run, _IsolatedChecker):
+        run.close()
 
     def gmean(xs: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
