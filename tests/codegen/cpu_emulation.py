@@ -185,6 +185,33 @@ class CpuKernels:
         self.lib = ctypes.CDLL(str(lib))
         self.launched: list[str] = []
 
+    def conv(self, x, w, y, stride, padding, dilation, groups=1) -> None:  # noqa: ANN001
+        """The runtime's cuDNN convolution, computed by PyTorch on the CPU."""
+        self._library_conv(False, x, w, y, stride, padding, dilation, groups)
+
+    def conv_transpose(self, x, w, y, stride, padding, dilation, groups=1) -> None:  # noqa: ANN001
+        """The runtime's cuDNN transposed convolution; ``y``'s shape gives the output padding."""
+        self._library_conv(True, x, w, y, stride, padding, dilation, groups)
+
+    def _library_conv(self, transposed, x, w, y, stride, padding, dilation, groups) -> None:  # noqa: ANN001
+        nd = x.dim() - 2
+        assert x.is_contiguous() and w.is_contiguous() and y.is_contiguous()
+        assert len(stride) == len(padding) == len(dilation) == nd
+        self.launched.append("conv_transpose" if transposed else "conv")
+        if transposed:
+            natural = [
+                (i - 1) * s - 2 * p + d * (k - 1) + 1
+                for i, k, s, p, d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation)
+            ]
+            extra = [o - n for o, n in zip(y.shape[2:], natural, strict=True)]
+            fn = getattr(torch.nn.functional, f"conv_transpose{nd}d")
+            result = fn(x, w, None, stride, padding, extra, groups, dilation)
+        else:
+            fn = getattr(torch.nn.functional, f"conv{nd}d")
+            result = fn(x, w, None, stride, padding, dilation, groups)
+        assert result.shape == y.shape, (result.shape, y.shape)
+        y.copy_(result)
+
     def graphed(self, module: Any, launch: Any, *args: Any) -> Any:
         """The runtime's CUDA-graph replay, here a plain call of the launch function."""
         return launch(*args)

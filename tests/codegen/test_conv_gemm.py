@@ -26,9 +26,12 @@ from stitch_graph.verify import check_candidate
 
 
 def _run(source: str, tmp_path: Path, tuning: Tuning | None = None) -> tuple[Any, Any]:
+    """Generate with the generated-convolution paths (not cuDNN), run on the CPU, compare."""
     task = load_task(textwrap.dedent(source))
     ir = capture_program(task)
     plan = plan_program(ir)
+    tuning = tuning or Tuning()
+    tuning.default.conv_library = False
     cand = emit_candidate(ir, plan, tuning=tuning)
     assert not cand.declared_torch_ops, cand.declared_torch_ops
     report = check_candidate(cand, reference_source=task.source)

@@ -72,6 +72,7 @@ def _problem(expr: str, inputs: str, init: str = "pass", params: str = "x") -> s
 
 
 R = "torch.randn"
+_GENERATED_CONV = Tuning(default=KernelTuning(conv_library=False))
 THREAD = Tuning(default=KernelTuning(rows_per_block=1))  # scans: a thread per line
 
 # name -> (source, tuning or None)
@@ -108,15 +109,16 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "masked_cumsum": (_problem("torch.cumsum(x * m, dim=1)", f"{R}(4, 100), torch.rand(4, 100) > 0.5", params="x, m"), None),  # noqa: E501
     "reverse_cumsum": (_problem("torch.cumsum(x.flip(1), dim=1).flip(1)", f"{R}(3, 40)"), None),
     "exclusive_cumsum": (_problem("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)", f"{R}(3, 40)"), None),  # noqa: E501
-    # ---- convolutions: 3-D, transposed (SGEMM + col2im, or direct when grouped)
-    "conv3d_im2col": (_problem("self.c(x)", f"{R}(2, 3, 7, 8, 9)", "self.c = nn.Conv3d(3, 5, 3, stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1))"), None),  # noqa: E501
-    "conv3d_grouped_direct": (_problem("torch.relu(self.c(x))", f"{R}(2, 6, 5, 6, 7)", "self.c = nn.Conv3d(6, 4, (2, 3, 1), groups=2, bias=False)"), None),  # noqa: E501
-    "conv3d_pointwise": (_problem("self.c(x) * 2.0", f"{R}(2, 8, 3, 4, 5)", "self.c = nn.Conv3d(8, 4, 1)"), None),  # noqa: E501
-    "conv_transpose1d_grouped": (_problem("self.c(x)", f"{R}(2, 4, 9)", "self.c = nn.ConvTranspose1d(4, 6, 5, stride=3, padding=2, dilation=2, groups=2)"), None),  # noqa: E501
-    "conv_transpose2d_small": (_problem("self.c(x)", f"{R}(2, 3, 5, 6)", "self.c = nn.ConvTranspose2d(3, 5, 3, stride=2, padding=1, output_padding=1)"), None),  # noqa: E501
-    "conv_transpose2d_gemm": (_problem("torch.tanh(self.c(x)) + 1.0", f"{R}(2, 20, 5, 6)", "self.c = nn.ConvTranspose2d(20, 6, (3, 4), stride=(2, 3), padding=(1, 2), dilation=(2, 1), output_padding=(1, 0))"), None),  # noqa: E501
-    "conv_transpose3d_gemm": (_problem("self.c(x) - 0.5", f"{R}(2, 16, 3, 4, 5)", "self.c = nn.ConvTranspose3d(16, 3, (2, 3, 3), stride=(2, 1, 2), padding=(0, 1, 1), output_padding=(1, 0, 1))"), None),  # noqa: E501
-    "conv_transpose3d_grouped": (_problem("self.c(x)", f"{R}(2, 4, 3, 4, 5)", "self.c = nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, groups=2, dilation=2)"), None),  # noqa: E501
+    # ---- convolutions the generated way (cuDNN is the default: test_conv_library.py):
+    # 3-D, transposed (SGEMM + col2im, or direct when grouped)
+    "conv3d_im2col": (_problem("self.c(x)", f"{R}(2, 3, 7, 8, 9)", "self.c = nn.Conv3d(3, 5, 3, stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1))"), _GENERATED_CONV),  # noqa: E501
+    "conv3d_grouped_direct": (_problem("torch.relu(self.c(x))", f"{R}(2, 6, 5, 6, 7)", "self.c = nn.Conv3d(6, 4, (2, 3, 1), groups=2, bias=False)"), _GENERATED_CONV),  # noqa: E501
+    "conv3d_pointwise": (_problem("self.c(x) * 2.0", f"{R}(2, 8, 3, 4, 5)", "self.c = nn.Conv3d(8, 4, 1)"), _GENERATED_CONV),  # noqa: E501
+    "conv_transpose1d_grouped": (_problem("self.c(x)", f"{R}(2, 4, 9)", "self.c = nn.ConvTranspose1d(4, 6, 5, stride=3, padding=2, dilation=2, groups=2)"), _GENERATED_CONV),  # noqa: E501
+    "conv_transpose2d_small": (_problem("self.c(x)", f"{R}(2, 3, 5, 6)", "self.c = nn.ConvTranspose2d(3, 5, 3, stride=2, padding=1, output_padding=1)"), _GENERATED_CONV),  # noqa: E501
+    "conv_transpose2d_gemm": (_problem("torch.tanh(self.c(x)) + 1.0", f"{R}(2, 20, 5, 6)", "self.c = nn.ConvTranspose2d(20, 6, (3, 4), stride=(2, 3), padding=(1, 2), dilation=(2, 1), output_padding=(1, 0))"), _GENERATED_CONV),  # noqa: E501
+    "conv_transpose3d_gemm": (_problem("self.c(x) - 0.5", f"{R}(2, 16, 3, 4, 5)", "self.c = nn.ConvTranspose3d(16, 3, (2, 3, 3), stride=(2, 1, 2), padding=(0, 1, 1), output_padding=(1, 0, 1))"), _GENERATED_CONV),  # noqa: E501
+    "conv_transpose3d_grouped": (_problem("self.c(x)", f"{R}(2, 4, 3, 4, 5)", "self.c = nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, groups=2, dilation=2)"), _GENERATED_CONV),  # noqa: E501
     # ---- ops that read their operands at other positions
     "cat_fused_consumers": (_problem("torch.relu(torch.cat((x, y[:, 1:], x * 2.0), 1)) + 1.0", f"{R}(3, 4, 5), {R}(3, 4, 5)", params="x, y"), None),  # noqa: E501
     "cat_strided": (_problem("torch.cat([x.transpose(0, 1), y.transpose(0, 1)], dim=-1)", f"{R}(3, 4, 5), {R}(3, 4, 5)", params="x, y"), None),  # noqa: E501
@@ -198,7 +200,8 @@ def test_conv_scratch_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         ("nn.ConvTranspose3d(16, 3, 2, stride=2)", "3, 16, 2, 3, 4", "self.c(x)"),
         ("nn.Conv3d(20, 6, 3, padding=1)", "3, 20, 4, 7, 8", "self.c(x)"),
     ]):
-        task, cand = _generate(_problem(expr, f"{R}({shape})", f"self.c = {init}"))
+        problem = _problem(expr, f"{R}({shape})", f"self.c = {init}")
+        task, cand = _generate(problem, _GENERATED_CONV)
         assert "for _n0 in range(" in cand.host_source
         (tmp_path / str(i)).mkdir()
         expected, got = _run_on_cpu(task, cand, tmp_path / str(i))

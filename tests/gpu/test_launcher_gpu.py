@@ -144,3 +144,58 @@ def test_generated_launch_bound_program_with_cublas_replays_correctly() -> None:
         w.copy_(torch.randn_like(w))
     entries = list(library._graphs.values())
     assert len(entries) == 1 and not isinstance(entries[0], str), entries  # captured, not refused
+
+
+@pytest.mark.parametrize(
+    ("transposed", "x_shape", "w_shape", "stride", "padding", "dilation", "groups", "extra"),
+    [
+        (False, (4, 8, 33, 17), (16, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1, 0),
+        (False, (2, 6, 40), (9, 2, 5), (2,), (1,), (2,), 3, 0),
+        (False, (2, 4, 9, 10, 11), (8, 4, 3, 2, 3), (2, 1, 1), (1, 0, 1), (1, 2, 1), 1, 0),
+        (True, (4, 8, 15, 16), (8, 6, 3, 3), (2, 2), (1, 1), (1, 1), 1, 1),
+        (True, (2, 8, 6, 7, 5), (8, 2, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 4, 0),
+        (True, (3, 5, 21), (5, 7, 4), (3,), (0,), (2,), 1, 2),
+    ],
+)
+def test_cudnn_convolutions_match_pytorch(
+    transposed: bool, x_shape: tuple, w_shape: tuple, stride: tuple, padding: tuple,
+    dilation: tuple, groups: int, extra: int,
+) -> None:
+    """``KERNELS.conv`` / ``conv_transpose`` agree with PyTorch (FP32, no TF32) on a side stream
+    and inside a CUDA graph."""
+    import torch
+    import torch.nn.functional as F
+
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    torch.backends.cudnn.allow_tf32 = False
+    nd = len(x_shape) - 2
+    x = torch.randn(x_shape, device="cuda")
+    w = torch.randn(w_shape, device="cuda")
+    if transposed:
+        fn = getattr(F, f"conv_transpose{nd}d")
+        expected = fn(x, w, None, stride, padding, (extra,) * nd, groups, dilation)
+    else:
+        expected = getattr(F, f"conv{nd}d")(x, w, None, stride, padding, dilation, groups)
+    library = KernelLibrary("")
+    call = library.conv_transpose if transposed else library.conv
+    y = torch.full_like(expected, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call(x, w, y, stride, padding, dilation, groups)
+    side.synchronize()
+    torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+
+    graph_out = torch.full_like(expected, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(x, w, graph_out, stride, padding, dilation, groups)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    if transposed:
+        again = fn(x, w, None, stride, padding, (extra,) * nd, groups, dilation)
+    else:
+        again = getattr(F, f"conv{nd}d")(x, w, None, stride, padding, dilation, groups)
+    torch.testing.assert_close(graph_out, again, rtol=1e-4, atol=1e-4)

@@ -31,7 +31,10 @@ A program has two parts.
    Tensors are passed as device pointers; Python numbers are converted to the C types of the
    kernel's signature. Kernels run on PyTorch's current stream. Also on `KERNELS`:
    `KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch)`, a column-major
-   cuBLAS SGEMM in true FP32 (strided-batched when batch > 1; ta/tb 1 = transposed), and
+   cuBLAS SGEMM in true FP32 (strided-batched when batch > 1; ta/tb 1 = transposed),
+   `KERNELS.conv(x, w, y, stride, padding, dilation, groups)` and `KERNELS.conv_transpose(...)`
+   (same arguments; y's shape gives the output padding), cuDNN convolutions without bias into a
+   preallocated contiguous y, in FP32, and
    `return KERNELS.graphed(self, self._launch, *inputs)`, which replays a launch-bound forward
    written as a method `_launch(self, *inputs)` from a CUDA graph.
 Any reference op you leave to PyTorch must be listed in declared_torch_ops (a partial program is
@@ -46,8 +49,9 @@ Read the reference program and its profile, then write an ordered to-do list for
 one item per kernel (or host-side step), naming the reference ops it covers, the tensor shapes,
 the fusion strategy (what is fused, where the boundaries fall and why) and constraints
 (vectorisation, reductions, numerics). Put the most expensive work first. Library calls
-(cuBLAS for GEMM) are legitimate. Add a host plan: buffer reuse, CUDA-graph capture when the
-program is launch-bound, streams. Name ops that cannot be generated as unsupported_ops.
+(cuBLAS for GEMM, cuDNN for convolution) are legitimate. Add a host plan: buffer reuse,
+CUDA-graph capture when the program is launch-bound, streams. Name ops that cannot be generated
+as unsupported_ops.
 When re-planning after a profile, change what the bottleneck calls for and keep what works.
 
 {PROGRAM_FORMAT}"""

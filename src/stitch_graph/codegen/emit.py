@@ -255,6 +255,33 @@ def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeo
     )
 
 
+def _conv_library_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
+    """Whether cuDNN can run the convolution as captured: FP32, contiguous, output shape as the
+    stride/padding/dilation give it (a transposed one within its output padding)."""
+    x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
+    refs = [x, w, *([b] if isinstance(b, Ref) else [])]
+    dims = [
+        (geo.d, geo.od, geo.kd, geo.sd, geo.pd, geo.dd),
+        (geo.h, geo.oh, geo.kh, geo.sh, geo.ph, geo.dh),
+        (geo.w, geo.ow, geo.kw, geo.sw, geo.pw, geo.dw),
+    ]
+    if node.op.startswith("conv_transpose"):
+        shapes_ok = all(
+            0 <= o - ((i - 1) * s - 2 * p + dl * (k - 1) + 1) < max(s, dl)
+            for i, o, k, s, p, dl in dims
+        )
+    else:
+        shapes_ok = all(o == (i + 2 * p - dl * (k - 1) - 1) // s + 1 for i, o, k, s, p, dl in dims)
+    return (
+        not g.prologue
+        and shapes_ok
+        and node.dtype == "float32"
+        and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
+        and ir.is_contiguous(x)
+        and ir.is_contiguous(w)
+    )
+
+
 def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
     """Whether a groups=1 convolution takes the im2col + cuBLAS path."""
     x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
@@ -1314,6 +1341,8 @@ class _Emitter:
         geo, groups = self._conv_geometry(node)
         transposed = node.op.startswith("conv_transpose")
         three = len(xs) == 5
+        if tun.conv_library and _conv_library_ok(ir, node, g, geo):
+            return self._conv_library(g, kernel, tun, geo, groups)
         if transposed:
             if groups == 1 and _conv_transpose_gemm_ok(ir, node, g, geo):
                 return self._conv_transpose_gemm(g, kernel, tun, geo)
@@ -1562,7 +1591,6 @@ class _Emitter:
         x: Ref = node.args["input"]
         w: Ref = node.args["weight"]
         b = node.args.get("bias")
-        out = ir.node(g.output)
         space = tuple(node.shape)
         k, p, cout = geo.k, geo.p, geo.cout
         needs_epilogue = isinstance(b, Ref) or bool(g.epilogue)
@@ -1651,6 +1679,15 @@ class _Emitter:
                 ]
         if not needs_epilogue:
             return lines
+        return lines + self._conv_epilogue(g, kernel, tun, product, cout)
+
+    def _conv_epilogue(
+        self, g: Group, kernel: str, tun: KernelTuning, product: str, cout: int
+    ) -> list[str]:
+        """One pointwise kernel over a library-computed convolution: its bias plus the epilogue."""
+        node = self.ir.node(g.anchor or "")
+        b = node.args.get("bias")
+        space = tuple(node.shape)
 
         def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
             raw = args.load(Ref("node", product), space, idx, space)
@@ -1659,7 +1696,34 @@ class _Emitter:
                 return node.name, f"const float v_{node.name} = {raw} + {addend};"
             return node.name, f"const float v_{node.name} = {raw};"
 
-        return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+        out = self.ir.node(g.output)
+        return self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+
+    def _conv_library(
+        self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom, groups: int
+    ) -> list[str]:
+        """Convolution (forward or transposed, any groups) through cuDNN, then one pointwise
+        kernel for the bias and the fused epilogue (none when there is neither)."""
+        node = self.ir.node(g.anchor or "")
+        b = node.args.get("bias")
+        space = tuple(node.shape)
+        nd = len(space) - 2
+        needs_epilogue = isinstance(b, Ref) or bool(g.epilogue)
+        product = f"{node.name}_conv" if needs_epilogue else node.name
+        stride = [geo.sd, geo.sh, geo.sw][3 - nd :]
+        padding = [geo.pd, geo.ph, geo.pw][3 - nd :]
+        dilation = [geo.dd, geo.dh, geo.dw][3 - nd :]
+        call = "conv_transpose" if node.op.startswith("conv_transpose") else "conv"
+        lines = [
+            f"# {node.op} through cuDNN (FP32 math, its heuristic's algorithm)"
+            + ("; bias and epilogue follow in one kernel" if needs_epilogue else ""),
+            f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)",
+            f"KERNELS.{call}({_py(node.args['input'])}, {_py(node.args['weight'])}, {product}, "
+            f"{stride}, {padding}, {dilation}, {groups})",
+        ]
+        if not needs_epilogue:
+            return lines
+        return lines + self._conv_epilogue(g, kernel, tun, product, geo.cout)
 
     # ---- pooling -------------------------------------------------------------------------------
     def pool(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:

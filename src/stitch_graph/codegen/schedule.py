@@ -407,8 +407,8 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("cuBLAS in true FP32 (CUBLAS_DEFAULT_MATH, no TF32) on PyTorch's stream")
     if group.kind == "conv":
         items.append(
-            "groups=1: im2col into a bounded scratch buffer, then cuBLAS strided-batched SGEMM "
-            "in true FP32 and one bias/epilogue kernel; otherwise a direct kernel"
+            "cuDNN in FP32 math (forward or transposed, any groups), then one bias/epilogue "
+            "kernel; fallback: im2col + cuBLAS SGEMM (groups=1) or a direct kernel"
         )
     if group.kind in ("reduction", "norm", "softmax"):
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")

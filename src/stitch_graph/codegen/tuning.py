@@ -4,7 +4,8 @@
 occupancy", "uncoalesced loads", "launch-bound", "registers spill", ...; ``apply_feedback`` changes
 the knobs of the kernels the feedback names (or all of them), and ``emit_candidate`` emits different
 code for different knobs (block size and ``__launch_bounds__``, float4 or scalar paths, rows per
-block, unroll pragmas, split reductions, fused or separate epilogues, CUDA graphs).
+block, unroll pragmas, split reductions, fused or separate epilogues, cuDNN or generated
+convolutions, CUDA graphs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class KernelTuning(BaseModel):
         default=None, description="Two-stage reduction over long rows; None: pick from the shape."
     )
     fuse: bool = Field(default=True, description="False: prologue/epilogue run as own kernels.")
+    conv_library: bool = Field(
+        default=True,
+        description="Convolutions through cuDNN; False: generated im2col + cuBLAS or direct kernels.",
+    )
 
 
 class Tuning(BaseModel):
@@ -94,6 +99,10 @@ def apply_feedback(tuning: Tuning | None, plan: Plan, feedback: Feedback) -> Tun
                     k.rows_per_block = 0 if k.rows_per_block else 4
             if "unroll" in text:
                 k.unroll = 4 if k.unroll < 4 else 8
+            if "im2col" in text or "generated conv" in text:
+                k.conv_library = False
+            elif "cudnn" in text:
+                k.conv_library = True
             if "split" in text and "reduc" in text:
                 k.split_reduction = True
             if "rows per block" in text or "warp per row" in text:

@@ -322,6 +322,26 @@ class KernelLibrary:
                     ldb, sb, zero.ctypes.data, pointers[2], ldc, sc, batch,
                 )
 
+    def conv(self, x: Any, w: Any, y: Any, stride: Sequence[int], padding: Sequence[int],
+             dilation: Sequence[int], groups: int = 1) -> None:
+        """``y = conv(x, w)`` (no bias: the generated epilogue adds it) through cuDNN, in FP32."""
+        self._cudnn().run(self.stream_handle(), False, x, w, y, tuple(stride), tuple(padding),
+                          tuple(dilation), groups)
+
+    def conv_transpose(self, x: Any, w: Any, y: Any, stride: Sequence[int],
+                       padding: Sequence[int], dilation: Sequence[int], groups: int = 1) -> None:
+        """``y = conv_transpose(x, w)`` through cuDNN; ``y``'s shape carries the output padding."""
+        self._cudnn().run(self.stream_handle(), True, x, w, y, tuple(stride), tuple(padding),
+                          tuple(dilation), groups)
+
+    def _cudnn(self) -> Any:
+        dnn = self.__dict__.get("_dnn")
+        if dnn is None:
+            from stitch_graph.runtime.cudnn import Cudnn
+
+            dnn = self._dnn = Cudnn()
+        return dnn
+
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
         """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
 

@@ -1,0 +1,113 @@
+"""Convolutions through cuDNN (``KERNELS.conv`` / ``KERNELS.conv_transpose``), checked on the CPU.
+
+The generated host code calls the runtime's cuDNN entry points with the convolution's geometry;
+the CPU emulation computes the same call with PyTorch, so a wrong stride, padding, dilation, group
+count or output shape in the generated call fails the comparison. The bias and the fused epilogue
+run in a generated kernel afterwards, which the emulation runs as C++.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from cpu_emulation import CpuKernels, sgemm_cpu
+
+from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
+from stitch_graph.task import load_task
+from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
+from stitch_graph.verify import check_candidate
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.{layer}
+        self.scale = nn.Parameter(torch.randn(1))
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn{shape}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _generate(layer: str, shape: tuple, expr: str, tuning: Tuning | None = None) -> tuple:
+    task = load_task(textwrap.dedent(_PROBLEM.format(layer=layer, shape=shape, expr=expr)))
+    ir = capture_program(task)
+    cand = emit_candidate(ir, plan_program(ir), tuning=tuning)
+    assert not cand.declared_torch_ops, cand.declared_torch_ops
+    report = check_candidate(cand, reference_source=task.source)
+    assert not report.rejected, report.findings
+    return task, cand
+
+
+def _run_on_cpu(task: Any, cand: Any, tmp_path: Path) -> CpuKernels:
+    kernels = CpuKernels(cand.kernel_source, tmp_path)
+    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
+    exec(compile(cand.host_source, "<candidate>", "exec"), host)
+    host["_sgemm"] = sgemm_cpu
+    ns: dict[str, Any] = {"__name__": "reference"}
+    exec(compile(task.source, "<reference>", "exec"), ns)
+    torch.manual_seed(0)
+    reference = ns["Model"]().eval()
+    model = host["ModelNew"]()
+    model.load_state_dict(reference.state_dict())
+    inputs = ns["get_inputs"]()
+    with torch.no_grad():
+        torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+    return kernels
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape", "expr", "call"),
+    [
+        ("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "torch.relu(self.conv(x))", "conv"),
+        ("Conv1d(3, 5, 4, stride=2, dilation=2, bias=False)", (2, 3, 19), "self.conv(x)", "conv"),
+        ("Conv3d(4, 6, (3, 1, 2), stride=(1, 2, 1), groups=2)", (2, 4, 5, 6, 4),
+         "F.gelu(self.conv(x)) * self.scale", "conv"),
+        ("ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)", (2, 4, 5, 4),
+         "torch.tanh(self.conv(x))", "conv_transpose"),
+        ("ConvTranspose3d(4, 4, 3, stride=1, padding=1, groups=2, bias=False)", (1, 4, 4, 5, 3),
+         "self.conv(x)", "conv_transpose"),
+        ("ConvTranspose1d(3, 2, 5, stride=3, dilation=2)", (2, 3, 6), "self.conv(x) - 1.0",
+         "conv_transpose"),
+    ],
+)
+def test_library_convolution_matches_pytorch(
+    layer: str, shape: tuple, expr: str, call: str, tmp_path: Path
+) -> None:
+    task, cand = _generate(layer, shape, expr)
+    assert f"KERNELS.{call}(" in cand.host_source
+    assert "im2col" not in cand.kernel_source and "direct conv" not in cand.kernel_source
+    if find_nvcc() is not None:
+        result = nvcc_compile(cand.kernel_source)
+        assert result.ok, [d.message for d in result.errors][:5]
+    kernels = _run_on_cpu(task, cand, tmp_path)
+    assert kernels.launched[0] == call
+    has_epilogue = "bias=False" not in layer or expr != "self.conv(x)"
+    assert len(kernels.launched) == 1 + has_epilogue  # the library call, then one kernel at most
+
+
+def test_generated_convolution_when_the_coder_is_told_so(tmp_path: Path) -> None:
+    tuning = Tuning(default=KernelTuning(conv_library=False))
+    task, cand = _generate("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "self.conv(x)", tuning)
+    assert "KERNELS.conv(" not in cand.host_source
+    _run_on_cpu(task, cand, tmp_path)
