@@ -111,3 +111,22 @@ def test_generated_convolution_when_the_coder_is_told_so(tmp_path: Path) -> None
     task, cand = _generate("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "self.conv(x)", tuning)
     assert "KERNELS.conv(" not in cand.host_source
     _run_on_cpu(task, cand, tmp_path)
+
+
+def test_a_cudnn_failure_switches_the_coder_to_generated_convolution() -> None:
+    from stitch_graph.artifacts import Feedback, FeedbackItem
+    from stitch_graph.codegen import apply_feedback
+
+    task, cand = _generate("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "torch.relu(self.conv(x))")
+    plan = plan_program(capture_program(task))
+    error = FeedbackItem(action="fix error", detail="RuntimeError: convolution failed: "
+                         "CUDNN_STATUS_NOT_SUPPORTED (cuDNN status 3000)")
+    tuned = apply_feedback(None, plan, Feedback(target="coder", category="runtime_error",
+                                                items=[error]))
+    assert all(tuned.for_item(i.id).conv_library is False for i in plan.items)
+    again = emit_candidate(capture_program(task), plan, tuning=tuned)
+    assert "KERNELS.conv(" in cand.host_source and "KERNELS.conv(" not in again.host_source
+    advice = FeedbackItem(action="use cuDNN for the convolution")
+    back = apply_feedback(tuned, plan, Feedback(target="coder", category="bottleneck",
+                                                items=[advice]))
+    assert all(back.for_item(i.id).conv_library is True for i in plan.items)

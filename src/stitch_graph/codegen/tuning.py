@@ -99,7 +99,8 @@ def apply_feedback(tuning: Tuning | None, plan: Plan, feedback: Feedback) -> Tun
                     k.rows_per_block = 0 if k.rows_per_block else 4
             if "unroll" in text:
                 k.unroll = 4 if k.unroll < 4 else 8
-            if "im2col" in text or "generated conv" in text:
+            failed = feedback.category in ("runtime_error", "wrong_result")
+            if "im2col" in text or "generated conv" in text or ("cudnn" in text and failed):
                 k.conv_library = False
             elif "cudnn" in text:
                 k.conv_library = True
