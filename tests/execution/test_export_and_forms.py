@@ -40,7 +40,8 @@ def test_export_parses_defines_modelnew_and_needs_no_stitch_graph(monkeypatch):
         for t in n.targets
         if isinstance(t, ast.Name)
     }
-    assert "ModelNew" in assigned
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert "ModelNew" in assigned | classes
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
     namespace: dict = {}
     exec(compile(text, "model_new.py", "exec"), namespace)  # KernelBench's way of loading it
@@ -91,3 +92,43 @@ def test_settings_from_context():
     assert (settings.atol, settings.trials, settings.timeout_s) == (1e-3, 5, 7.0)
     assert RunSettings.from_context(None) == RunSettings()
     assert RunSettings.from_context(settings) is settings
+
+
+def test_exported_generated_program_starts_from_reference_weights_and_carries_cudnn(monkeypatch):
+    """KernelBench builds ModelNew after the same seed as Model and expects the same initial
+    weights. A generated convolution calls ``KERNELS.conv``: the export embeds the cuDNN runtime,
+    and its launcher finds it beside itself, never through an import of stitch_graph."""
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.task import load_task
+
+    task = load_task(str(ROOT / "problems" / "conv" / "01_conv2d_relu.py"))
+    ir = capture_program(task)
+    candidate = emit_candidate(ir, plan_program(ir))
+    assert "KERNELS.conv(" in candidate.host_source
+    text = export_kernelbench(candidate, task)
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.delitem(sys.modules, "_stitch_export_runtime", raising=False)
+    namespace: dict = {}
+    exec(compile(text, "model_new.py", "exec"), namespace)
+    import torch
+
+    reference_ns: dict = {}
+    exec(compile(task.source, "problem.py", "exec"), reference_ns)
+    init = reference_ns["get_init_inputs"]()
+    torch.manual_seed(3)  # KernelBench's order: Model, then ModelNew, each after the same seed
+    reference = reference_ns["Model"](*init)
+    torch.manual_seed(3)
+    new = namespace["ModelNew"](*init)
+    expected = reference.state_dict()
+    assert set(new.state_dict()) == set(expected)
+    for name, value in new.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    assert any(v.abs().sum() > 0 for v in expected.values())  # random, not zero, weights
+
+    runtime = namespace["_runtime"]()
+    assert runtime.Cudnn.__module__ == "_stitch_export_runtime"
+    made = []
+    monkeypatch.setattr(runtime, "Cudnn", lambda loaded: made.append(loaded) or "cudnn")
+    assert runtime.KernelLibrary._cudnn(types.SimpleNamespace()) == "cudnn"
+    assert made == [runtime._loaded_library]
+    sys.modules.pop("_stitch_export_runtime", None)

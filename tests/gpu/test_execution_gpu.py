@@ -102,14 +102,30 @@ def test_faulty_candidate_is_caught_and_next_one_passes(folder, settings, execut
     assert healthy.test.status == "passed", healthy.test.reason
 
 
-def test_exported_model_runs_standalone(tmp_path, settings):
-    candidate, meta = load_candidate_dir(HEALTHY)
-    task = _task(meta["problem"])
+def _generated_conv() -> tuple:
+    """A rule-generated program whose convolution goes through cuDNN."""
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.task import load_task
+
+    task = load_task(str(ROOT / "problems" / "conv" / "02_conv2d_bias_bn_relu.py"))
+    ir = capture_program(task)
+    return emit_candidate(ir, plan_program(ir)), task
+
+
+@pytest.mark.parametrize("which", ["example", "generated_cudnn_conv"])
+def test_exported_model_runs_standalone(tmp_path, settings, which):
+    if which == "example":
+        candidate, meta = load_candidate_dir(HEALTHY)
+        task = _task(meta["problem"])
+    else:
+        candidate, task = _generated_conv()
+        assert "KERNELS.conv(" in candidate.host_source
     (tmp_path / "model_new.py").write_text(export_kernelbench(candidate, task))
     (tmp_path / "problem.py").write_text(task.source)
     script = tmp_path / "kernelbench_style.py"
     script.write_text(
         "import json, torch\n"
+        "torch.backends.cudnn.allow_tf32 = False  # FP32 on both sides\n"
         "ref_ns, new_ns = {}, {}\n"
         "exec(open('problem.py').read(), ref_ns)\n"
         "exec(open('model_new.py').read(), new_ns)\n"

@@ -2,10 +2,12 @@
 
 KernelBench's evaluator execs a file and calls ``ModelNew(*get_init_inputs())`` then ``forward``.
 The exported file depends on torch and CuPy only (never on stitch_graph): it embeds the kernel
-source, the host module and a copy of the small launcher runtime (``runtime/kernels.py``), builds
-the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc -shared`` into a cache folder
-(form ``nvcc_shared``), and execs the host module with ``KERNELS``/``LIB`` injected, exactly as the
-worker does. Building lazily lets the file be imported (and inspected) where no GPU is present.
+source, the host module and a copy of the small runtime (``runtime/kernels.py`` and
+``runtime/cudnn.py``), builds the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc
+-shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
+``KERNELS``/``LIB`` injected, exactly as the worker does. KernelBench builds ``Model`` and
+``ModelNew`` after the same seed and expects equal initial weights, so the exported ``ModelNew``
+copies them from a reference built with the same RNG draws (its forward never touches it). Building lazily lets the file be imported (and inspected) where no GPU is present.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ KERNEL_SOURCE = {kernel_source!r}
 HOST_SOURCE = {host_source!r}
 HOST_CPP = {host_cpp!r}
 LINK_LIBRARIES = {link_libraries!r}
-_RUNTIME_SOURCE = {runtime_source!r}
+_RUNTIME_SOURCES = {runtime_sources!r}
+REFERENCE_SOURCE = {reference_source!r}
 
 
 def _runtime():
@@ -46,7 +49,8 @@ def _runtime():
     if module is None:
         module = types.ModuleType("_stitch_export_runtime")
         sys.modules[module.__name__] = module
-        exec(compile(_RUNTIME_SOURCE, "<stitch runtime>", "exec"), module.__dict__)
+        for source in _RUNTIME_SOURCES:
+            exec(compile(source, "<stitch runtime>", "exec"), module.__dict__)
     return module
 
 
@@ -107,7 +111,27 @@ _host.__dict__["LIB"] = _LazyLibrary()
 sys.modules[_host.__name__] = _host
 exec(compile(HOST_SOURCE, "<stitch host>", "exec"), _host.__dict__)
 
-ModelNew = _host.ModelNew
+
+class ModelNew(_host.ModelNew):
+    """The program, starting from the reference's initial weights.
+
+    KernelBench seeds its RNG and builds ``Model`` and ``ModelNew`` one after the other, expecting
+    equal initial weights. The reference is built here with the same RNG draws, only to copy its
+    initial parameters and buffers; every forward runs the program's own kernels.
+    """
+
+    def __init__(self, *init_args):
+        reference = None
+        if REFERENCE_SOURCE:
+            namespace = {{"__name__": "_stitch_export_reference"}}
+            exec(compile(REFERENCE_SOURCE, "<reference>", "exec"), namespace)
+            reference = namespace["Model"](*init_args)
+        super().__init__(*init_args)
+        if reference is not None:
+            own = self.state_dict()
+            start = {{k: v for k, v in reference.state_dict().items()
+                     if k in own and own[k].shape == v.shape}}
+            self.load_state_dict(start, strict=False)
 '''
 
 
@@ -121,9 +145,9 @@ def export_kernelbench(candidate: Candidate, task: Task) -> str:
     Returns:
         Python source text; it imports torch and CuPy only.
     """
-    from stitch_graph.runtime import kernels
+    from stitch_graph.runtime import cudnn, kernels
 
-    runtime_source = inspect.getsource(kernels)
+    runtime_sources = [inspect.getsource(kernels), inspect.getsource(cudnn)]
     nvcc_note = " and nvcc (the host library is built at first use)" if (
         candidate.form == "nvcc_shared"
     ) else ""
@@ -136,5 +160,6 @@ def export_kernelbench(candidate: Candidate, task: Task) -> str:
         host_source=candidate.host_source,
         host_cpp=candidate.host_cpp,
         link_libraries=list(candidate.link_libraries),
-        runtime_source=runtime_source,
+        runtime_sources=runtime_sources,
+        reference_source=task.source,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,14 +64,13 @@ def _contiguous_strides(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
-def _library() -> Any:
-    """libcudnn as PyTorch loaded it, else the first one the loader finds."""
+def _library(loaded: Callable[[str], str | None]) -> Any:
+    """libcudnn as PyTorch loaded it (``loaded`` finds a mapped library's path), else the first
+    one the loader finds."""
     import torch
 
-    from stitch_graph.runtime.kernels import _loaded_library
-
     torch.backends.cudnn.version()  # makes PyTorch load its libcudnn
-    names = [_loaded_library("libcudnn"), "libcudnn.so.9", "libcudnn.so.8", "libcudnn.so"]
+    names = [loaded("libcudnn"), "libcudnn.so.9", "libcudnn.so.8", "libcudnn.so"]
     for name in filter(None, names):
         try:
             return ctypes.CDLL(name)
@@ -81,10 +81,13 @@ def _library() -> Any:
 
 
 class Cudnn:
-    """cuDNN convolutions (forward and transposed) on raw device pointers."""
+    """cuDNN convolutions (forward and transposed) on raw device pointers.
 
-    def __init__(self) -> None:
-        self.lib = _library()
+    Depends on nothing else of the package, so that an exported program can embed it.
+    """
+
+    def __init__(self, loaded: Callable[[str], str | None] = lambda stem: None) -> None:
+        self.lib = _library(loaded)
         self.lib.cudnnGetErrorString.restype = ctypes.c_char_p
         for name in ("cudnnSetStream", "cudnnConvolutionForward", "cudnnConvolutionBackwardData"):
             getattr(self.lib, name).argtypes = None

@@ -337,9 +337,10 @@ class KernelLibrary:
     def _cudnn(self) -> Any:
         dnn = self.__dict__.get("_dnn")
         if dnn is None:
-            from stitch_graph.runtime.cudnn import Cudnn
-
-            dnn = self._dnn = Cudnn()
+            factory = globals().get("Cudnn")  # defined beside this module in an exported program
+            if factory is None:
+                from stitch_graph.runtime.cudnn import Cudnn as factory
+            dnn = self._dnn = factory(_loaded_library)
         return dnn
 
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
