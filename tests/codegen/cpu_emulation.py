@@ -265,3 +265,46 @@ def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):  # no
     cm[...] = result
 
 
+
+
+def check_on_cpu(
+    task: Any,
+    cand: Any,
+    workdir: Path,
+    *,
+    cooperative: bool = False,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+) -> CpuKernels:
+    """Run a generated ``ModelNew`` on the CPU and assert it matches the task's reference.
+
+    Both models get the same weights: the reference's parameters and persistent floating buffers
+    are perturbed first, so zero biases and identity batch-norm statistics cannot hide a wrong
+    epilogue. ``_sgemm`` is replaced by :func:`sgemm_cpu`. Returns the kernels (what was
+    launched is in ``kernels.launched``).
+    """
+    kernels = CpuKernels(cand.kernel_source, workdir, cooperative=cooperative)
+    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
+    exec(compile(cand.host_source, "<candidate>", "exec"), host)
+    host["_sgemm"] = sgemm_cpu
+    ns: dict[str, Any] = {"__name__": "reference"}
+    exec(compile(task.source, "<reference>", "exec"), ns)
+    torch.manual_seed(0)
+    reference = ns["Model"](*ns["get_init_inputs"]()).eval()
+    state = reference.state_dict()
+    with torch.no_grad():
+        for prm in reference.parameters():
+            prm.add_(0.1 * torch.randn_like(prm))
+        for name, buf in reference.named_buffers():
+            if name in state and buf.is_floating_point():
+                buf.add_(0.1 * torch.rand_like(buf))
+    model = host["ModelNew"](*ns["get_init_inputs"]())
+    model.load_state_dict(reference.state_dict())
+    torch.manual_seed(1)
+    inputs = ns["get_inputs"]()
+    with torch.no_grad():
+        # copies for the candidate: a reference that writes into its inputs must not change them
+        got = model(*[t.clone() if torch.is_tensor(t) else t for t in inputs])
+        expected = reference(*inputs)
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    return kernels

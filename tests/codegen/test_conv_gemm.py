@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from cpu_emulation import CpuKernels, sgemm_cpu
+from cpu_emulation import check_on_cpu
 
 from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.codegen import emit as emit_mod
@@ -39,27 +38,7 @@ def _run(source: str, tmp_path: Path, tuning: Tuning | None = None) -> tuple[Any
     if find_nvcc() is not None:
         result = nvcc_compile(cand.kernel_source)
         assert result.ok, [d.message for d in result.errors][:5]
-    kernels = CpuKernels(cand.kernel_source, tmp_path)
-    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
-    exec(compile(cand.host_source, "<candidate>", "exec"), host)
-    host["_sgemm"] = sgemm_cpu
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
-    torch.manual_seed(0)
-    reference = ns["Model"](*ns["get_init_inputs"]()).eval()
-    with torch.no_grad():
-        for prm in reference.parameters():  # non-trivial biases and batch-norm statistics
-            prm.add_(0.1 * torch.randn_like(prm))
-        for buf in reference.buffers():
-            if buf.is_floating_point():
-                buf.add_(0.1 * torch.rand_like(buf))
-    model = host["ModelNew"](*ns["get_init_inputs"]())
-    model.load_state_dict(reference.state_dict())
-    inputs = ns["get_inputs"]()
-    with torch.no_grad():
-        expected = reference(*inputs)
-        got = model(*inputs)
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    kernels = check_on_cpu(task, cand, tmp_path)
     return cand, kernels
 
 

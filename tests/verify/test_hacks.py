@@ -661,3 +661,84 @@ class ModelNew(torch.nn.Module):
     kernel = 'extern "C" __global__ void relu(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = fmaxf(x[i], 0.f); }'
     report = check_candidate(Candidate(kernel_source=kernel, host_source=host))
     assert not report.rejected, report.findings
+
+
+FUNCTIONAL_VIEWS = [
+    "torch.flatten(out, 1)",
+    "torch.reshape(out, (-1,))",
+    "torch.transpose(out, 0, 1)",
+    "torch.squeeze(torch.unsqueeze(out, 0), 0)",
+    "torch.permute(out, (1, 0))",
+    "torch.narrow(out, 0, 0, 2)",
+    "torch.select(out, 0, 1)",
+    "torch.chunk(out, 2)[0]",
+    "torch.split(out, 2)[1]",
+    "torch.unbind(out)[0]",
+    "torch.t(out)",
+    "torch.movedim(out, 0, 1)",
+    "torch.swapaxes(out, 0, 1)",
+    "torch.Tensor.view(out, -1)",
+    "torch.Tensor.contiguous(torch.t(out))",
+]
+
+
+@pytest.mark.parametrize("expr", FUNCTIONAL_VIEWS)
+def test_functional_views_pass_like_methods(expr: str) -> None:
+    """``torch.flatten(x, 1)`` is the same view as ``x.flatten(1)``: neither is compute."""
+    report = check_candidate(_candidate(_host(LAUNCH, f"return {expr}")))
+    assert report.findings == [], report.findings
+
+
+@pytest.mark.parametrize(
+    ("statements", "rule"),
+    [
+        ("return torch.flatten(torch.zeros_like(x) + 1e-5)", "constant_output"),
+        ("return torch.Tensor.add(out, b)", "torch_compute"),
+        ("return torch.flatten(out.exp(), 1)", "torch_compute"),
+    ],
+)
+def test_functional_views_do_not_hide_work_or_constants(statements: str, rule: str) -> None:
+    report = check_candidate(_candidate(_host(LAUNCH, statements)))
+    assert rule in report.rules, report.findings
+
+
+ADVANCED_INDEXING = [
+    "return out[b > 0]",
+    "return out[b]",
+    "idx = torch.arange(2, device=x.device)\nreturn out[:, idx]",
+    "return out[[0, 2]]",
+    "out[b > 0] = 0.0\nreturn out",
+    "idx = torch.nonzero(b)\nout[idx] = 1.0\nreturn out",
+    "mask = x < b\nout[mask] = 1.0\nreturn out",
+]
+
+
+@pytest.mark.parametrize("statements", ADVANCED_INDEXING)
+def test_advanced_indexing_is_torch_compute(statements: str) -> None:
+    """A tensor, a mask or a list of positions as an index makes PyTorch gather or scatter."""
+    report = check_candidate(_candidate(_host(LAUNCH, statements)))
+    assert "torch_compute" in report.rules, report.findings
+    assert any("advanced indexing" in f.detail for f in report.findings), report.findings
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        "return out[0]",
+        "return out[:, 1:3]",
+        "return out[None, ..., ::2]",
+        "i = x.shape[0] - 1\nreturn out[i]",
+        "half = n // 2\nreturn out[half:, 0]",
+        "k = 2\nreturn out[k:k + 1, -1]",
+    ],
+)
+def test_basic_indexing_stays_allowed(statements: str) -> None:
+    report = check_candidate(_candidate(_host(LAUNCH, statements)))
+    assert report.findings == [], report.findings
+
+
+def test_declared_index_is_a_declared_use() -> None:
+    host = _host(LAUNCH, "return out[b]")
+    report = check_candidate(_candidate(host, declared_torch_ops=["index"]))
+    assert not report.rejected, report.findings
+    assert "index" in report.declared_uses

@@ -10,8 +10,9 @@ milliseconds. Every call becomes a canonical op (``F.gelu(x, approximate="tanh")
 ``gelu_tanh``, ``x.sum(1)`` -> ``sum``, ``nn.BatchNorm2d`` in eval -> ``batch_norm_eval``, ``x.T``
 -> ``permute``, a global average pool -> ``mean``) with its arguments bound to the op registry's
 signature names; composite calls (losses, distances, attention, two-operand ``einsum``) are
-decomposed into registry ops, constants built in ``forward`` are baked, and in-place ops rebind the
-tensor they mutate. Unknown calls keep all their arguments and stay in PyTorch.
+decomposed into registry ops, constants built in ``forward`` are baked, and in-place ops
+(``x += y`` included) rebind the tensor they write and its whole aliases; a later read of a view or
+base they changed is refused. Unknown calls keep all their arguments and stay in PyTorch.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ _OPERATORS: dict[Any, str] = {
     operator.pow: "pow",
     operator.neg: "neg",
     operator.mod: "remainder",
+    operator.imod: "remainder",
+    operator.ifloordiv: "div_floor",
+    operator.ipow: "pow",
     operator.matmul: "matmul",
     operator.getitem: "getitem",
     operator.gt: "gt",
@@ -60,6 +64,15 @@ _OPERATORS: dict[Any, str] = {
     operator.eq: "eq",
     operator.ne: "ne",
     operator.abs: "abs",
+}
+_INPLACE_DUNDERS: dict[Any, str] = {
+    operator.iadd: "__iadd__",
+    operator.isub: "__isub__",
+    operator.imul: "__imul__",
+    operator.itruediv: "__itruediv__",
+    operator.ifloordiv: "__ifloordiv__",
+    operator.imod: "__imod__",
+    operator.ipow: "__ipow__",
 }
 _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake into host code
 
@@ -80,11 +93,33 @@ _LEAF_MODULES = (
 )
 
 
+class _InplaceProxy(torch.fx.Proxy):
+    """A proxy that records ``x += y`` as ``operator.iadd``.
+
+    ``torch.fx.Proxy`` has no ``__iadd__``, so Python runs ``x = x + y`` instead and the trace
+    loses the write: after ``b = a; a += 1`` the graph would give ``b`` the old value.
+    """
+
+
+def _inplace_method(op: Any) -> Any:
+    def method(self: torch.fx.Proxy, other: Any) -> torch.fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+    return method
+
+
+for _op, _dunder in _INPLACE_DUNDERS.items():
+    setattr(_InplaceProxy, _dunder, _inplace_method(_op))
+
+
 class _ThroughTracer(torch.fx.Tracer):
     """Trace through submodules except normalisations, whose forwards branch on sizes."""
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         return isinstance(m, _LEAF_MODULES)
+
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        return _InplaceProxy(node, self)
 
 
 def _module_call(
@@ -422,8 +457,7 @@ def _lower(
         ir.strides[ref] = contiguous_strides(spec.shape)
         ir.dtypes[ref] = spec.dtype
         ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
-    targets: dict[str, Any] = {}
-    hazards: list[tuple[Ref, int, str]] = []  # in-place writes through views
+    writes = _Writes()
     placeholder_index = 0
     for fx_node in meta_gm.graph.nodes:
         value = fx_node.meta.get("sg_value")
@@ -439,6 +473,7 @@ def _lower(
                 ir.dtypes[ref] = dtype or "float32"
                 ours[ref] = torch.empty(arg.shape, dtype=arg.dtype, device="meta")
                 env[fx_node.name] = ref
+                writes.record(fx_node, initial=True)
             else:
                 ir.inputs.append((fx_node.name, None))
                 ir.input_values[fx_node.name] = arg
@@ -472,8 +507,10 @@ def _lower(
             ir.dtypes[ref] = spec.dtype
             ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
             env[fx_node.name] = ref
+            writes.record(fx_node, initial=True)
             continue
         if fx_node.op == "output":
+            writes.check_reads(fx_node)
             out = fx_node.args[0]
             ir.output_is_tuple = isinstance(out, list | tuple)
             for item in out if ir.output_is_tuple else [out]:
@@ -487,46 +524,55 @@ def _lower(
         if not torch.is_tensor(value) and not _is_tensor_seq(value):
             env[fx_node.name] = value  # sizes, shapes and other Python values fold to constants
             continue
-        if _bake_factory(ir, fx_node, env, ours, value):
-            continue
-        decomposed = _decompose(ir, fx_node, env, ours) if torch.is_tensor(value) else None
-        if decomposed is not None:
-            env[fx_node.name] = decomposed
-            continue
-        if _is_buffer_update(fx_node, env):
-            ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")
-            continue
-        node = _lower_call(ir, fx_node, env, value, model)
-        if node is None:
-            continue
-        targets[node.name] = fx_node.target
-        ir.nodes.append(node)
-        ref = Ref("node", node.name)
-        env[fx_node.name] = ref
-        ours[ref] = _our_layout(ir, node, fx_node, ours, value)
-        if node.op == "unfold" and torch.is_tensor(ours[ref]):
-            # the same view spelled as_strided, which reads as a view (Tensor.unfold as compute)
-            node.call = ".as_strided"
-            node.call_args = [node.args["input"], list(ours[ref].shape), list(ours[ref].stride())]
-            node.call_kwargs = {}
-        if torch.is_tensor(ours[ref]):
-            ir.shapes[ref] = tuple(ours[ref].shape)
-            ir.strides[ref] = tuple(ours[ref].stride())
-            ir.dtypes[ref] = str(ours[ref].dtype).removeprefix("torch.")
-        else:
-            ir.shapes[ref] = ()
-            ir.dtypes[ref] = "tuple"
-        base = _rebind_mutated(ir, fx_node, env, ref)
-        if base is not None:
-            hazards.append((base, len(ir.nodes), fx_node.name))
-    for base, position, name in hazards:
-        later = [n for n in ir.nodes[position:] if base in n.tensor_refs()]
-        if later or base in ir.outputs:
-            msg = f"{name}: an in-place op writes through a view into a tensor read later"
-            raise CaptureError(msg)
+        writes.check_reads(fx_node)
+        mutated = _mutated_arg(fx_node)
+        before = env.get(mutated.name) if mutated is not None else None
+        _lower_node(ir, fx_node, env, ours, value, model)
+        if mutated is not None:
+            writes.write(ir, fx_node, mutated, before, env)
+        writes.record(fx_node)
     _eliminate_dead(ir)
     _insert_copies(ir)
     return ir
+
+
+def _lower_node(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    env: dict[str, Any],
+    ours: dict[Ref, Any],
+    value: Any,
+    model: torch.nn.Module,
+) -> None:
+    """Lower one traced call with a tensor result: bind it in ``env``, append its node."""
+    if _bake_factory(ir, fx_node, env, ours, value):
+        return
+    decomposed = _decompose(ir, fx_node, env, ours) if torch.is_tensor(value) else None
+    if decomposed is not None:
+        env[fx_node.name] = decomposed
+        return
+    if _is_buffer_update(fx_node, env):
+        ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")
+        return
+    node = _lower_call(ir, fx_node, env, value, model)
+    if node is None:
+        return
+    ir.nodes.append(node)
+    ref = Ref("node", node.name)
+    env[fx_node.name] = ref
+    ours[ref] = _our_layout(ir, node, fx_node, ours, value)
+    if node.op == "unfold" and torch.is_tensor(ours[ref]):
+        # the same view spelled as_strided, which reads as a view (Tensor.unfold as compute)
+        node.call = ".as_strided"
+        node.call_args = [node.args["input"], list(ours[ref].shape), list(ours[ref].stride())]
+        node.call_kwargs = {}
+    if torch.is_tensor(ours[ref]):
+        ir.shapes[ref] = tuple(ours[ref].shape)
+        ir.strides[ref] = tuple(ours[ref].stride())
+        ir.dtypes[ref] = str(ours[ref].dtype).removeprefix("torch.")
+    else:
+        ir.shapes[ref] = ()
+        ir.dtypes[ref] = "tuple"
 
 
 def _bake_factory(
@@ -589,15 +635,14 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     return obj
 
 
-_INPLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
 
 
-def _rebind_mutated(
-    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ref: Ref
-) -> Ref | None:
-    """After an in-place op (``x.relu_()``, ``F.relu(x, inplace=True)``, ``x += y``) the
-    mutated tensor holds the result: later reads of ``x`` read ``ref``. A view's base changes
-    too, which the IR cannot express: that base is returned (reading it later is an error)."""
+def _mutated_arg(fx_node: torch.fx.Node) -> torch.fx.Node | None:
+    """The traced tensor an op writes in place (``x.relu_()``, ``F.relu(x, inplace=True)``,
+    ``x += y``, ``torch.add(a, b, out=x)``), else None."""
+    out = fx_node.kwargs.get("out")
+    if isinstance(out, torch.fx.Node):
+        return out
     target = fx_node.target
     name = (
         target.overloadpacket.__name__
@@ -607,22 +652,102 @@ def _rebind_mutated(
     inplace = (
         (name.endswith("_") and not name.endswith("__"))
         or fx_node.kwargs.get("inplace") is True
-        or target in _INPLACE_OPERATORS
+        or target in _INPLACE_DUNDERS
     )
     first = fx_node.args[0] if fx_node.args else None
-    if not inplace or not isinstance(first, torch.fx.Node):
-        return None
-    mutated = env.get(first.name)
-    if not isinstance(mutated, Ref) or mutated.kind == "param" or mutated == ref:
-        return None
-    if ir.shapes.get(mutated) == ir.shapes.get(ref):
-        env[first.name] = ref
-    producer = _node_of(ir, mutated)
-    info = lookup(producer.op) if producer is not None else None
-    if producer is not None and info is not None and info.kind == "view":
-        base = producer.args.get("input")
-        return base if isinstance(base, Ref) else None
-    return None
+    return first if inplace and isinstance(first, torch.fx.Node) else None
+
+
+def _storages(value: Any) -> list[int]:
+    """Identities of the storages behind a traced value (a tensor or a sequence of them)."""
+    tensors = [value] if torch.is_tensor(value) else [v for v in _flat(value) if torch.is_tensor(v)]
+    return [t.untyped_storage()._cdata for t in tensors]
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Whether two traced meta tensors are one view of one storage: the same elements."""
+    return (
+        torch.is_tensor(a)
+        and torch.is_tensor(b)
+        and a.untyped_storage()._cdata == b.untyped_storage()._cdata
+        and a.storage_offset() == b.storage_offset()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+    )
+
+
+class _Writes:
+    """Keeps the pure IR honest about in-place writes.
+
+    A ``Ref`` names one value, but an in-place op changes a storage, and every traced tensor on
+    that storage (the written tensor, its aliases, its views, its base) can see the change.
+    Storages come from the meta tensors of shape propagation, so aliasing is PyTorch's own
+    (``b.contiguous()`` of a contiguous ``b`` is ``b``; ``reshape`` of a transposed tensor is a
+    copy). After a write, the tensors that are the written tensor itself (same storage, offset,
+    shape and strides) are rebound to the op's result; any other tensor on the storage is out of
+    date, and a later read of it is refused rather than lowered to a wrong program.
+    """
+
+    def __init__(self) -> None:
+        self.versions: dict[int, int] = {}  # storage -> in-place writes so far
+        self.writer: dict[int, str] = {}  # storage -> the last op that wrote it
+        self.seen: dict[str, dict[int, int]] = {}  # fx node -> versions its Ref holds
+        self.nodes: list[torch.fx.Node] = []
+
+    def record(self, fx_node: torch.fx.Node, *, initial: bool = False) -> None:
+        """``fx_node``'s Ref holds its storages as they are now (as first given: ``initial``)."""
+        value = fx_node.meta.get("sg_value")
+        stores = _storages(value)
+        if not stores:
+            return
+        self.seen[fx_node.name] = {s: 0 if initial else self.versions.get(s, 0) for s in stores}
+        self.nodes.append(fx_node)
+
+    def check_reads(self, fx_node: torch.fx.Node) -> None:
+        """Refuse ``fx_node`` if it reads a tensor an in-place op has changed under its Ref."""
+        for arg in fx_node.all_input_nodes:
+            for store, version in self.seen.get(arg.name, {}).items():
+                if self.versions.get(store, 0) != version:
+                    msg = (
+                        f"{fx_node.name}: reads {arg.name} after the in-place op "
+                        f"{self.writer[store]} wrote into its storage through another alias or "
+                        "view; such writes are not supported"
+                    )
+                    raise CaptureError(msg)
+
+    def write(
+        self,
+        ir: ProgramIR,
+        fx_node: torch.fx.Node,
+        mutated: torch.fx.Node,
+        before: Any,
+        env: dict[str, Any],
+    ) -> None:
+        """``fx_node`` wrote ``mutated`` in place; ``before`` was its Ref until then."""
+        after = env.get(fx_node.name)
+        if isinstance(before, Ref) and after == before:
+            return  # an identity (dropout in eval): nothing changed
+        written = mutated.meta.get("sg_value")
+        for store in _storages(written):
+            self.versions[store] = self.versions.get(store, 0) + 1
+            self.writer[store] = fx_node.name
+        if isinstance(before, Ref) and before.kind == "input":
+            ir.notes.append(
+                f"{fx_node.name}: writes into input {before.name} in place; the generated "
+                "program leaves its inputs unchanged"
+            )
+        if not isinstance(after, Ref) or (isinstance(before, Ref) and before.kind == "param"):
+            return  # a dropped buffer update, or state that outlives the call: not rebound
+        for other in self.nodes:
+            ref = env.get(other.name)
+            if not isinstance(ref, Ref) or ref.kind == "param":
+                continue
+            if _same_tensor(other.meta.get("sg_value"), written):
+                env[other.name] = after
+                self.seen[other.name] = {s: self.versions[s] for s in _storages(written)}
+        self.seen[mutated.name] = {s: self.versions[s] for s in _storages(written)}
+        env[mutated.name] = after
 
 
 def _is_tensor_seq(value: Any) -> bool:

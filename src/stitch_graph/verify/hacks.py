@@ -49,7 +49,8 @@ HACK_RULES: dict[str, str] = {
     "timing_tamper": "The program patches torch, time or builtins, creates timing events, sleeps, "
     "or starts threads or processes, any of which can distort measurement.",
     "torch_compute": "PyTorch computes part of the result in the forward path (torch or "
-    "functional calls, tensor methods or arithmetic, nn submodule calls) without declaring it.",
+    "functional calls, tensor methods or arithmetic, advanced indexing, nn submodule calls) "
+    "without declaring it.",
     "trivial_kernel": "The launched kernels do no real work: an empty body, or only copies or "
     "constant stores.",
 }
@@ -115,31 +116,50 @@ _TORCH_NON_TENSOR_CALLS = _TORCH_ALLOWED_CALLS - {
     "torch.nn.Parameter",
     "torch.nn.parameter.Parameter",
 }
-_VIEW_METHODS = frozenset(
+# Ops that return a view of their first operand, the same whether spelled as a method
+# (``x.flatten(1)``) or as a torch function (``torch.flatten(x, 1)``). ``reshape`` and
+# ``flatten`` copy a tensor whose strides do not allow a view; that copy is data movement, not
+# computation, as it is for ``.contiguous()``.
+_VIEW_OPS = frozenset(
     {
-        "view",
-        "view_as",
         "reshape",
-        "reshape_as",
         "flatten",
         "unflatten",
         "unsqueeze",
         "squeeze",
         "permute",
         "transpose",
+        "swapaxes",
+        "swapdims",
         "t",
-        "expand",
-        "expand_as",
-        "contiguous",
+        "adjoint",
         "narrow",
         "select",
         "split",
+        "tensor_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
         "chunk",
         "unbind",
+        "diagonal",
         "as_strided",
         "movedim",
         "moveaxis",
+        "view_as_real",
+        "view_as_complex",
         "detach",
+    }
+)
+# Views, layout changes and allocations that exist only as tensor methods.
+_VIEW_METHODS = _VIEW_OPS | frozenset(
+    {
+        "view",
+        "view_as",
+        "reshape_as",
+        "expand",
+        "expand_as",
+        "contiguous",
         "requires_grad_",
         "cuda",
         "to",
@@ -562,6 +582,25 @@ def _attr_chain(node: ast.AST) -> str | None:
     return None
 
 
+def _view_operand(node: ast.Call, names: _Names) -> ast.AST | None:
+    """The tensor a view call returns a view of, for every spelling: ``x.flatten(1)``,
+    ``torch.flatten(x, 1)``, ``torch.Tensor.flatten(x, 1)``; None for any other call."""
+    func = node.func
+    dotted = names.dotted(func)
+    if dotted:
+        last = dotted.rsplit(".", 1)[-1]
+        functional = dotted == f"torch.{last}" and last in _VIEW_OPS
+        unbound = dotted == f"torch.Tensor.{last}" and last in _VIEW_METHODS
+        if not (functional or unbound) or last in _NEW_ALLOC_METHODS:
+            return None
+        if node.args:
+            return node.args[0]
+        return next((k.value for k in node.keywords if k.arg in {"input", "self"}), None)
+    if isinstance(func, ast.Attribute) and func.attr in _VIEW_METHODS:
+        return None if func.attr in _NEW_ALLOC_METHODS else func.value
+    return None
+
+
 # ------------------------------------------------------------------------------------------
 # Module-wide checks: imports, banned names, patching, dynamic code
 
@@ -947,6 +986,8 @@ class _Analyzer:
             return False
         dotted = self.names.dotted(node.func)
         if dotted:
+            if dotted.startswith("torch.Tensor.") and dotted.rsplit(".", 1)[-1] in _QUERY_METHODS:
+                return False
             if dotted.startswith("torch.") and dotted not in _TORCH_NON_TENSOR_CALLS:
                 return True
             return False
@@ -979,6 +1020,10 @@ class _Analyzer:
                 return None
             last = dotted.rsplit(".", 1)[-1]
             if dotted.count(".") == 1 and last in _ALLOCATORS:
+                return None
+            if _view_operand(node, self.names) is not None:
+                return None
+            if dotted == f"torch.Tensor.{last}" and last in _QUERY_METHODS:
                 return None
             if dotted.startswith("torch.cuda.") or dotted.startswith("torch.backends."):
                 return None
@@ -1110,6 +1155,12 @@ def _check_function(
                 if isinstance(target, ast.Subscript) and an.is_tensor(target.value):
                     if an.is_tensor(node.value):
                         compute("copy", f"tensor slice assignment {ast.unparse(target)}", node)
+        if isinstance(node, ast.Subscript) and an.is_tensor(node.value):
+            if _advanced_index(node.slice, an):
+                store = isinstance(node.ctx, ast.Store | ast.Del)
+                op = "index_put" if store else "index"
+                shown = ast.unparse(node)[:60]
+                compute(op, f"advanced indexing {shown}" + (" (assignment)" if store else ""), node)
 
     # functools caches on forward-path functions
     for deco in func.decorator_list:
@@ -1117,6 +1168,24 @@ def _check_function(
         dotted = an.names.dotted(target) or _attr_chain(target) or ""
         if dotted in _CACHE_DECORATORS or dotted.rsplit(".", 1)[-1] in {"lru_cache", "cache"}:
             out.add("output_cache", f"{func.name} is wrapped in {dotted}", deco)
+
+
+def _advanced_index(index: ast.AST, an: _Analyzer) -> bool:
+    """Whether a subscript of a tensor gathers or scatters rather than taking a view.
+
+    Ints, slices, ``None`` and ``...`` (and names bound to Python values) index basically, a
+    view. A tensor index, a mask built by a comparison or a list of positions makes PyTorch
+    gather (or, assigned to, scatter): real work. The source shows only what names are bound
+    to, so a tensor is whatever the analyzer knows as one (forward's tensor arguments, module
+    parameters and buffers, results of torch calls).
+    """
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    for item in items:
+        if isinstance(item, ast.List | ast.ListComp | ast.Tuple):
+            return True
+        if an.is_tensor(item):  # a tensor, or a comparison of one (a mask)
+            return True
+    return False
 
 
 def _truth_operands(test: ast.AST) -> Iterator[ast.AST]:
@@ -1213,10 +1282,11 @@ class _OutputFlow:
             return self.roots_of(node.value)
         if isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in _VIEW_METHODS:
-                if func.attr in _NEW_ALLOC_METHODS:
-                    return {f"alloc@{node.lineno}:{node.col_offset}"}
-                return self.roots_of(func.value)
+            if isinstance(func, ast.Attribute) and func.attr in _NEW_ALLOC_METHODS:
+                return {f"alloc@{node.lineno}:{node.col_offset}"}
+            operand = _view_operand(node, self.an.names)
+            if operand is not None:
+                return self.roots_of(operand)
             if isinstance(func, ast.Attribute) and func.attr in {"get", "setdefault", "pop"}:
                 return self.roots_of(func.value)
             dotted = self.an.names.dotted(func)
@@ -1344,8 +1414,11 @@ class _OutputFlow:
             dotted = self.an.names.dotted(node.func) or ""
             if dotted.startswith("torch") and dotted.rsplit(".", 1)[-1] in _CONSTANT_ALLOCATORS:
                 return True
+            operand = _view_operand(node, self.an.names)
+            if operand is not None:
+                return self._constant_expr(operand, flow)
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in _VIEW_METHODS:
+            if isinstance(func, ast.Attribute) and func.attr in _NEW_ALLOC_METHODS:
                 return self._constant_expr(func.value, flow)
             return False
         if isinstance(node, ast.BinOp):
