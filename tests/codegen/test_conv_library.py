@@ -11,11 +11,9 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-from cpu_emulation import CpuKernels, sgemm_cpu
+from cpu_emulation import check_on_cpu
 
 from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.task import load_task
@@ -59,23 +57,6 @@ def _generate(layer: str, shape: tuple, expr: str, tuning: Tuning | None = None)
     return task, cand
 
 
-def _run_on_cpu(task: Any, cand: Any, tmp_path: Path) -> CpuKernels:
-    kernels = CpuKernels(cand.kernel_source, tmp_path)
-    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
-    exec(compile(cand.host_source, "<candidate>", "exec"), host)
-    host["_sgemm"] = sgemm_cpu
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
-    torch.manual_seed(0)
-    reference = ns["Model"]().eval()
-    model = host["ModelNew"]()
-    model.load_state_dict(reference.state_dict())
-    inputs = ns["get_inputs"]()
-    with torch.no_grad():
-        torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
-    return kernels
-
-
 @pytest.mark.parametrize(
     ("layer", "shape", "expr", "call"),
     [
@@ -100,7 +81,7 @@ def test_library_convolution_matches_pytorch(
     if find_nvcc() is not None:
         result = nvcc_compile(cand.kernel_source)
         assert result.ok, [d.message for d in result.errors][:5]
-    kernels = _run_on_cpu(task, cand, tmp_path)
+    kernels = check_on_cpu(task, cand, tmp_path)
     assert kernels.launched[0] == call
     has_epilogue = "bias=False" not in layer or expr != "self.conv(x)"
     assert len(kernels.launched) == 1 + has_epilogue  # the library call, then one kernel at most
@@ -110,7 +91,7 @@ def test_generated_convolution_when_the_coder_is_told_so(tmp_path: Path) -> None
     tuning = Tuning(default=KernelTuning(conv_library=False))
     task, cand = _generate("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "self.conv(x)", tuning)
     assert "KERNELS.conv(" not in cand.host_source
-    _run_on_cpu(task, cand, tmp_path)
+    check_on_cpu(task, cand, tmp_path)
 
 
 def test_a_cudnn_failure_switches_the_coder_to_generated_convolution() -> None:
