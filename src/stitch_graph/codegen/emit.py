@@ -6,16 +6,17 @@ with ``__restrict__`` pointers and a float4 twin chosen at run time when all ful
 16-byte aligned; reductions with one thread, warp or block per row (or two stages when rows are few
 and long); softmax/log-softmax and layer/group/batch/instance/RMS norms (fused affine) with the
 row held in registers (float4 twin; one read, one write) when it fits, else a statistics pass
-(online max+sum, Welford) then a write pass that reads the row again; convolutions (groups=1) as
-im2col by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
-fused (1-D, 2-D and 3-D); transposed convolutions (groups=1) as cuBLAS SGEMM into a column buffer
-+ a col2im gather that fuses bias and epilogue, else a direct gather kernel; pooling (max, average,
-adaptive) as a pointwise kernel whose anchor value loops over the window; scans (cumsum/cumprod)
-with a thread per line or a warp per line (shuffle scan plus carry); ops that read other positions
-(cat, stack, flip, gather, index, roll, pad, triu/tril) as pointwise expressions with their own
-indexing; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
-generated, or whose emission fails, run in PyTorch inside ``forward`` and are declared in
-``Candidate.declared_torch_ops``.
+(online max+sum, Welford) then a write pass that reads the row again; convolutions as im2col by
+chunks of images + cuBLAS SGEMM (one per group when grouped) + one bias/epilogue kernel, else
+direct with the epilogue fused (1-D, 2-D and 3-D); transposed convolutions with stride 1 as the
+equivalent convolution (weight transposed and flipped by a small kernel at each call), others
+(groups=1) as cuBLAS SGEMM into a column buffer + a col2im gather that fuses bias and epilogue,
+else a direct gather kernel; pooling (max, average, adaptive) as a pointwise kernel whose anchor
+value loops over the window; scans (cumsum/cumprod) with a thread per line or a warp per line
+(shuffle scan plus carry); ops that read other positions (cat, stack, flip, gather, index, roll,
+pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
+followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
+inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 """
 
 from __future__ import annotations

@@ -256,11 +256,11 @@ _op("instance_norm", NORM, "input, running_mean=None, running_var=None, weight=N
 _op("linear", GEMM, "input, weight, bias=None", flops=2, note="cuBLAS sgemm, bias in the epilogue kernel")  # noqa: E501
 _op("matmul", GEMM, "input, other", flops=2, aliases=("mm", "bmm"))
 _op("addmm", GEMM, "input, mat1, mat2, beta=1, alpha=1", flops=2)
-_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
-_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
-_op("conv3d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (direct kernel for grouped convs), fused bias and epilogue")  # noqa: E501
+_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (one per group), bias and epilogue in one kernel; direct kernel when a GEMM would be tiny or the scratch too large")  # noqa: E501
+_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (one per group), bias and epilogue in one kernel; direct kernel when a GEMM would be tiny or the scratch too large")  # noqa: E501
+_op("conv3d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="im2col + cuBLAS SGEMM (one per group), bias and epilogue in one kernel; direct kernel when a GEMM would be tiny or the scratch too large")  # noqa: E501
 for _d in (1, 2, 3):
-    _op(f"conv_transpose{_d}d", CONV, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", flops=2, note="cuBLAS SGEMM + col2im gather with fused bias and epilogue (direct gather kernel for grouped ones)")  # noqa: E501
+    _op(f"conv_transpose{_d}d", CONV, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", flops=2, note="stride 1: the equivalent conv (flipped weight) by im2col + cuBLAS SGEMM; else cuBLAS SGEMM + col2im gather with fused bias and epilogue (groups=1); direct gather kernel otherwise")  # noqa: E501
 # ---- pooling windows: one thread per output, the window read in a loop -----------------------
 for _d in (1, 2, 3):
     _op(f"max_pool{_d}d", POOL, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False", flops=1, note="max over each window (NaN propagates)")  # noqa: E501

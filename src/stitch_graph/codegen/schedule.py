@@ -407,8 +407,10 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("cuBLAS in true FP32 (CUBLAS_DEFAULT_MATH, no TF32) on PyTorch's stream")
     if group.kind == "conv":
         items.append(
-            "groups=1: im2col into a bounded scratch buffer, then cuBLAS strided-batched SGEMM "
-            "in true FP32 and one bias/epilogue kernel; otherwise a direct kernel"
+            "im2col into a bounded scratch buffer, then cuBLAS strided-batched SGEMM (one per "
+            "group) in true FP32 and one bias/epilogue kernel (stride-1 transposed convs as the "
+            "convolution with a flipped weight; other transposed ones with groups=1 as SGEMM + "
+            "col2im); otherwise a direct kernel"
         )
     if group.kind in ("reduction", "norm", "softmax"):
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
