@@ -129,7 +129,7 @@ _RELU = "torch.relu(self.conv(x))"
         ((3, 16, 7, 1, 1, 0, 1, 1, True, 5, 6, "F.relu(self.bn(self.conv(x)))"), "1x1"),
         # 1x1 stride 2 (the residual shortcut): needs the im2col gather
         ((2, 17, 8, 1, 2, 0, 1, 1, False, 9, 8, "self.bn(self.conv(x))"), "im2col"),
-        # groups=2 keeps the direct kernel
+        # groups=2 with 3 output channels per group keeps the direct kernel
         ((2, 8, 6, 3, 1, 1, 1, 2, True, 6, 5, _RELU), "direct"),
         # tiny K = C*KH*KW keeps the direct kernel
         ((2, 1, 4, 3, 1, 1, 1, 1, True, 6, 5, _RELU), "direct"),

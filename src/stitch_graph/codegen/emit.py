@@ -1749,9 +1749,10 @@ class _Emitter:
             grid = max(1, min(math.ceil(elems / block), _MAX_GRID))
             col = f"_col_{g.id}"
             mib = elems * 4 / 2**20
+            per_chunk = "one batched SGEMM" if groups == 1 else f"{groups} batched SGEMMs (groups)"
             lines += [
                 f"# implicit GEMM by parts: im2col of {chunk} image(s) at a time into "
-                f"{col} [{chunk}, {k}, {p}] ({mib:.1f} MiB), then one batched SGEMM per chunk",
+                f"{col} [{chunk}, {k}, {p}] ({mib:.1f} MiB), then {per_chunk} per chunk",
                 f"{col} = torch.empty([{chunk}, {k}, {p}], device=_dev, dtype=torch.float32)",
             ]
             if nchunks == 1:
