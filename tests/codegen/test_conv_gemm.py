@@ -111,7 +111,7 @@ _RELU = "torch.relu(self.conv(x))"
         ((3, 16, 7, 1, 1, 0, 1, 1, True, 5, 6, "F.relu(self.bn(self.conv(x)))"), "1x1"),
         # 1x1 stride 2 (the residual shortcut): needs the im2col gather
         ((2, 17, 8, 1, 2, 0, 1, 1, False, 9, 8, "self.bn(self.conv(x))"), "im2col"),
-        # groups=2 keeps the direct kernel
+        # groups=2 with 3 output channels per group keeps the direct kernel
         ((2, 8, 6, 3, 1, 1, 1, 2, True, 6, 5, _RELU), "direct"),
         # tiny K = C*KH*KW keeps the direct kernel
         ((2, 1, 4, 3, 1, 1, 1, 1, True, 6, 5, _RELU), "direct"),
@@ -167,3 +167,119 @@ def test_chunk_rule_of_the_suite_problem() -> None:
     chunk, chunks = emit_mod._conv_chunk(geo)
     assert (chunk, chunks) == (6, 3)
     assert chunk * geo.k * geo.p * 4 <= emit_mod._CONV_SCRATCH_BYTES
+
+
+_CONVT = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose{nd}d({cin}, {cout}, {k}, stride=1, padding={p},
+                                         output_padding={op}, dilation={d}, groups={g},
+                                         bias={bias})
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({n}, {cin}, {size})]
+
+
+def get_init_inputs():
+    return []
+"""
+_KEYST = ("nd", "n", "cin", "cout", "k", "p", "op", "d", "g", "bias", "size", "expr")
+_PLAIN = "self.conv(x)"
+_TANH = "torch.tanh(self.conv(x)) + 1.0"
+
+
+@pytest.mark.parametrize(
+    ("values", "path"),
+    [
+        # 1-D: padding 0 (conv padding K-1), bias + relu epilogue
+        ((1, 2, 5, 7, 4, 0, 0, 1, 1, True, "13", _RELU), "im2col"),
+        # 1-D: dilation 2, padding 2 (conv padding 2), no bias, no epilogue
+        ((1, 2, 6, 4, 3, 2, 0, 2, 1, False, "11", _PLAIN), "im2col"),
+        # 2-D: non-square kernel, per-dim padding, bias + epilogue
+        ((2, 3, 4, 6, (3, 2), (1, 0), 0, 1, 1, True, "9, 7", _TANH), "im2col"),
+        # 2-D: dilation (2, 1), padding at the limit dil*(K-1) in one dim
+        ((2, 2, 3, 5, 3, (4, 1), 0, (2, 1), 1, False, "8, 6", _PLAIN), "im2col"),
+        # 2-D: C >= 16, padding 0 (the output is larger than the input), C = OC: im2col
+        ((2, 2, 16, 16, 3, 0, 0, 1, 1, True, "6, 5", _RELU), "im2col"),
+        # 2-D: C > 2 OC: the col2im buffer is under half the im2col one
+        ((2, 2, 20, 4, 3, 1, 0, 1, 1, True, "6, 5", _RELU), "col2im"),
+        # 3-D: non-cubic kernel and padding, bias + epilogue
+        ((3, 2, 4, 5, (2, 3, 3), (0, 1, 2), 0, 1, 1, True, "3, 5, 6", _TANH), "im2col"),
+        # 3-D: dilation 2, no bias
+        ((3, 2, 2, 3, 3, 1, 0, 2, 1, False, "4, 5, 6", _PLAIN), "im2col"),
+        # 1x1, padding 0: the input is the GEMM operand, the weight only transposed
+        ((2, 2, 16, 8, 1, 0, 0, 1, 1, True, "5, 6", _RELU), "1x1"),
+        # padding beyond dil*(K-1) and output padding have no convolution equivalent
+        ((2, 2, 4, 5, 3, 3, 0, 1, 1, True, "9, 8", _PLAIN), "direct"),
+        ((2, 2, 4, 5, 3, 1, 1, 2, 1, True, "7, 6", _PLAIN), "direct"),
+        # grouped: one SGEMM per group
+        ((2, 2, 32, 32, 3, 1, 0, 1, 2, True, "5, 6", _RELU), "im2col"),
+        ((1, 2, 48, 48, 2, 0, 0, 2, 3, False, "9", _PLAIN), "im2col"),
+        # grouped with few channels per group keeps the direct kernel
+        ((2, 2, 8, 6, 3, 1, 0, 1, 2, True, "6, 5", _RELU), "direct"),
+    ],
+)
+def test_stride1_conv_transpose_matches_pytorch_on_cpu(
+    values: tuple, path: str, tmp_path: Path
+) -> None:
+    params = dict(zip(_KEYST, values, strict=True))
+    cand, kernels = _run(_CONVT.format(**params), tmp_path)
+    forward = cand.host_source.split("def forward")[1]
+    assert ("_wflip" in cand.kernel_source) == (path in ("im2col", "1x1"))
+    assert ("im2col" in cand.kernel_source) == (path == "im2col")
+    assert ("transposed conv by parts" in forward) == (path == "col2im")
+    assert ("_sgemm(" in forward) == (path != "direct")
+    assert ("for _g in range(" in forward) == (params["g"] > 1 and path != "direct")
+    assert ("direct transposed" in cand.kernel_source) == (path == "direct")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        # 2 groups of 16 -> 24 channels, 3x3, padding 1, bias + relu
+        (2, 32, 48, 3, 1, 1, 1, 2, True, 7, 6, _RELU),
+        # 3 groups, strided and dilated, no bias
+        (2, 48, 48, (3, 2), (2, 1), (1, 0), (1, 2), 3, False, 9, 8, _PLAIN),
+        # grouped 1x1 (channel-shuffle style): x is the GEMM operand, sliced by group
+        (2, 64, 64, 1, 1, 0, 1, 4, True, 5, 6, "F.relu(self.bn(self.conv(x)))"),
+    ],
+)
+def test_grouped_conv2d_matches_pytorch_on_cpu(values: tuple, tmp_path: Path) -> None:
+    cand, _ = _run(_CONV2D.format(**dict(zip(_KEYS2D, values, strict=True))), tmp_path)
+    forward = cand.host_source.split("def forward")[1]
+    assert f"for _g in range({values[7]}):" in forward
+    assert "direct conv" not in cand.kernel_source
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_chunked_stride1_conv_transpose_matches_pytorch(
+    groups: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small scratch budget runs the flipped-weight convolution image by image."""
+    values = (3, 3, 32, 32, 3, 1, 0, 1, groups, True, "4, 5, 6", _TANH)
+    monkeypatch.setattr(emit_mod, "_CONV_SCRATCH_BYTES", 4000)
+    cand, kernels = _run(_CONVT.format(**dict(zip(_KEYST, values, strict=True))), tmp_path)
+    assert "for _n0 in range(0, 3, 1):" in cand.host_source
+    assert sum(name.endswith("_im2col") for name in kernels.launched) == 3
+    assert sum(name.endswith("_wflip") for name in kernels.launched) == 1
+
+
+def test_the_suite_stride1_conv_transpose3d_takes_im2col() -> None:
+    """ConvTranspose3d(16 -> 64, k3, s1, p1) on 16x16x32x128x128: the col2im buffer of one image
+    (3.6 GB) is over the limit, the im2col one (0.9 GB) is not: one image at a time."""
+    geo = emit_mod._ConvGeom(16, 16, 128, 128, 64, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1, 32, 3, 32, 1, 1)
+    assert emit_mod._col2im_elems(geo) * 4 > emit_mod._CONV_SCRATCH_MAX
+    fwd = emit_mod._conv_transpose_as_conv(geo)
+    assert fwd is not None and (fwd.pd, fwd.ph, fwd.pw) == (1, 1, 1)
+    assert fwd.k * fwd.p * 4 <= emit_mod._CONV_SCRATCH_MAX
+    assert emit_mod._conv_chunk(fwd) == (1, 16)

@@ -117,7 +117,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "reverse_cumsum": (_problem("torch.cumsum(x.flip(1), dim=1).flip(1)", f"{R}(3, 40)"), None),
     "exclusive_cumsum": (_problem("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)", f"{R}(3, 40)"), None),  # noqa: E501
     # ---- convolutions the generated way (cuDNN is the default: test_conv_library.py):
-    # 3-D, transposed (SGEMM + col2im, or direct when grouped)
+    # 3-D, transposed (stride 1 as a flipped-weight conv, SGEMM + col2im, or direct)
     "conv3d_im2col": (_problem("self.c(x)", f"{R}(2, 3, 7, 8, 9)", "self.c = nn.Conv3d(3, 5, 3, stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1))"), _GENERATED_CONV),  # noqa: E501
     "conv3d_grouped_direct": (_problem("torch.relu(self.c(x))", f"{R}(2, 6, 5, 6, 7)", "self.c = nn.Conv3d(6, 4, (2, 3, 1), groups=2, bias=False)"), _GENERATED_CONV),  # noqa: E501
     "conv3d_pointwise": (_problem("self.c(x) * 2.0", f"{R}(2, 8, 3, 4, 5)", "self.c = nn.Conv3d(8, 4, 1)"), _GENERATED_CONV),  # noqa: E501

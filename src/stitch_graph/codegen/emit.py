@@ -6,16 +6,17 @@ with ``__restrict__`` pointers and a float4 twin chosen at run time when all ful
 16-byte aligned; reductions with one thread, warp or block per row (or two stages when rows are few
 and long); softmax/log-softmax and layer/group/batch/instance/RMS norms (fused affine) with the
 row held in registers (float4 twin; one read, one write) when it fits, else a statistics pass
-(online max+sum, Welford) then a write pass that reads the row again; convolutions (groups=1) as
-im2col by chunks of images + cuBLAS SGEMM + one bias/epilogue kernel, else direct with the epilogue
-fused (1-D, 2-D and 3-D); transposed convolutions (groups=1) as cuBLAS SGEMM into a column buffer
-+ a col2im gather that fuses bias and epilogue, else a direct gather kernel; pooling (max, average,
-adaptive) as a pointwise kernel whose anchor value loops over the window; scans (cumsum/cumprod)
-with a thread per line or a warp per line (shuffle scan plus carry); ops that read other positions
-(cat, stack, flip, gather, index, roll, pad, triu/tril) as pointwise expressions with their own
-indexing; GEMMs through cuBLAS (true FP32) followed by one epilogue kernel. Items not yet
-generated, or whose emission fails, run in PyTorch inside ``forward`` and are declared in
-``Candidate.declared_torch_ops``.
+(online max+sum, Welford) then a write pass that reads the row again; convolutions as im2col by
+chunks of images + cuBLAS SGEMM (one per group when grouped) + one bias/epilogue kernel, else
+direct with the epilogue fused (1-D, 2-D and 3-D); transposed convolutions with stride 1 as the
+equivalent convolution (weight transposed and flipped by a small kernel at each call), others
+(groups=1) as cuBLAS SGEMM into a column buffer + a col2im gather that fuses bias and epilogue,
+else a direct gather kernel; pooling (max, average, adaptive) as a pointwise kernel whose anchor
+value loops over the window; scans (cumsum/cumprod) with a thread per line or a warp per line
+(shuffle scan plus carry); ops that read other positions (cat, stack, flip, gather, index, roll,
+pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
+followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
+inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -176,10 +177,11 @@ class _Args:
         return ", ".join(params + extra)
 
 
-# Convolutions with groups=1 run as im2col + cuBLAS SGEMM; the im2col scratch of one chunk of
-# images stays under _CONV_SCRATCH_BYTES (one image at a time if a single image needs more, up to
-# _CONV_SCRATCH_MAX per image; beyond that, and for K = C*KH*KW < _CONV_GEMM_MIN_K, the direct
-# kernel is kept: a GEMM with a tiny inner dimension is all memory traffic).
+# Convolutions run as im2col + cuBLAS SGEMM (one SGEMM per group when grouped); the im2col scratch
+# of one chunk of images stays under _CONV_SCRATCH_BYTES (one image at a time if a single image
+# needs more, up to _CONV_SCRATCH_MAX per image; beyond that, and for a per-group K = C/groups*KH*KW
+# or, when grouped, a per-group output channel count below _CONV_GEMM_MIN_K, the direct kernel is
+# kept: a GEMM with a tiny inner or outer dimension is all memory traffic).
 _CONV_SCRATCH_BYTES = 256 * 2**20
 _CONV_SCRATCH_MAX = 2 * 2**30
 _CONV_GEMM_MIN_K = 16
@@ -239,11 +241,15 @@ def _conv_chunk_sizes(n: int, per_image: int) -> tuple[int, int]:
     return math.ceil(n / chunks), chunks
 
 
+def _col2im_elems(geo: _ConvGeom) -> int:
+    """Elements of one image's col2im buffer: OC*KD*KH*KW rows of D*H*W input pixels."""
+    return geo.cout * geo.kd * geo.kh * geo.kw * geo.d * geo.h * geo.w
+
+
 def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
     """Whether a groups=1 transposed convolution takes the SGEMM + col2im path."""
     x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
     refs = [x, w, *([b] if isinstance(b, Ref) else [])]
-    per_image = geo.cout * geo.kd * geo.kh * geo.kw * geo.d * geo.h * geo.w * 4
     return (
         not g.prologue
         and node.dtype == "float32"
@@ -251,7 +257,7 @@ def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeo
         and ir.is_contiguous(x)
         and ir.is_contiguous(w)
         and geo.cin >= _CONV_GEMM_MIN_K
-        and per_image <= _CONV_SCRATCH_MAX
+        and _col2im_elems(geo) * 4 <= _CONV_SCRATCH_MAX
     )
 
 
@@ -282,8 +288,29 @@ def _conv_library_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> b
     )
 
 
-def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
-    """Whether a groups=1 convolution takes the im2col + cuBLAS path."""
+def _conv_transpose_as_conv(geo: _ConvGeom) -> _ConvGeom | None:
+    """The ordinary convolution a stride-1 transposed one equals, or None.
+
+    With stride 1, ``out[o] = sum_k x[o + p - k*dil] w[k]`` is a convolution of x with the flipped
+    filter and padding ``dil*(K-1) - p`` (same dilation); that padding must not be negative.
+    Output padding shows up as an output size the convolution does not produce, which
+    ``_conv_gemm_ok`` refuses.
+    """
+    if (geo.sd, geo.sh, geo.sw) != (1, 1, 1):
+        return None
+    pads = [
+        dil * (k - 1) - p
+        for dil, k, p in ((geo.dd, geo.kd, geo.pd), (geo.dh, geo.kh, geo.ph), (geo.dw, geo.kw, geo.pw))
+    ]
+    if min(pads) < 0:
+        return None
+    return replace(geo, pd=pads[0], ph=pads[1], pw=pads[2])
+
+
+def _conv_gemm_ok(
+    ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom, groups: int = 1
+) -> bool:
+    """Whether a convolution takes the im2col + cuBLAS path (one SGEMM per group)."""
     x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
     refs = [x, w, *([b] if isinstance(b, Ref) else [])]
     return (
@@ -292,12 +319,31 @@ def _conv_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool
         and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
         and ir.is_contiguous(x)
         and ir.is_contiguous(w)
-        and geo.k >= _CONV_GEMM_MIN_K
+        and geo.k // groups >= _CONV_GEMM_MIN_K
+        and (groups == 1 or geo.cout // groups >= _CONV_GEMM_MIN_K)
         and (geo.pointwise or geo.k * geo.p * 4 <= _CONV_SCRATCH_MAX)
         and geo.od == (geo.d + 2 * geo.pd - geo.dd * (geo.kd - 1) - 1) // geo.sd + 1
         and geo.oh == (geo.h + 2 * geo.ph - geo.dh * (geo.kh - 1) - 1) // geo.sh + 1
         and geo.ow == (geo.w + 2 * geo.pw - geo.dw * (geo.kw - 1) - 1) // geo.sw + 1
     )
+
+
+def _conv_transpose_via_im2col(
+    ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom, groups: int, col2im: bool
+) -> _ConvGeom | None:
+    """The convolution geometry to run a transposed convolution as, or None to keep it.
+
+    Taken when the equivalent convolution can take the im2col path, unless the col2im path is
+    open too and its column buffer is less than half the im2col one (many more input than output
+    channels): both paths write their buffer once and read it once, so traffic follows its size.
+    A 1x1 convolution needs no buffer at all.
+    """
+    fwd = _conv_transpose_as_conv(geo)
+    if fwd is None or not _conv_gemm_ok(ir, node, g, fwd, groups):
+        return None
+    if col2im and not fwd.pointwise and fwd.k * fwd.p > 2 * _col2im_elems(geo):
+        return None
+    return fwd
 
 
 class _Emitter:
@@ -1344,10 +1390,15 @@ class _Emitter:
         if tun.conv_library and _conv_library_ok(ir, node, g, geo):
             return self._conv_library(g, kernel, tun, geo, groups)
         if transposed:
-            if groups == 1 and _conv_transpose_gemm_ok(ir, node, g, geo):
+            col2im = groups == 1 and _conv_transpose_gemm_ok(ir, node, g, geo)
+            fwd = _conv_transpose_via_im2col(ir, node, g, geo, groups, col2im)
+            if fwd is not None:
+                lines, weight = self._flipped_weight(g, kernel, tun, geo, groups)
+                return lines + self._conv_gemm(g, kernel, tun, fwd, groups, weight)
+            if col2im:
                 return self._conv_transpose_gemm(g, kernel, tun, geo)
-        elif groups == 1 and _conv_gemm_ok(ir, node, g, geo):
-            return self._conv_gemm(g, kernel, tun, geo)
+        elif _conv_gemm_ok(ir, node, g, geo, groups):
+            return self._conv_gemm(g, kernel, tun, geo, groups)
         cin, cout = geo.cin, geo.cout
         cig = cin // groups
         cog = cout // groups
@@ -1571,7 +1622,57 @@ class _Emitter:
 
         return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, load_product)
 
-    def _conv_gemm(self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom) -> list[str]:
+    def _flipped_weight(
+        self, g: Group, kernel: str, tun: KernelTuning, geo: _ConvGeom, groups: int
+    ) -> tuple[list[str], str]:
+        """A transposed convolution's weight as the equivalent convolution's, at every call.
+
+        ``[C, OC/groups, KD, KH, KW]`` becomes ``[OC, C/groups, KD, KH, KW]`` with every spatial
+        dim reversed (reversing all of them reverses the flat tap index). The weight is a
+        parameter that may change between calls, so a small kernel rebuilds it in each forward.
+        Returns the host lines and the name of the new weight.
+        """
+        node = self.ir.node(g.anchor or "")
+        w: Ref = node.args["weight"]
+        taps = geo.kd * geo.kh * geo.kw
+        cig, cog = geo.cin // groups, geo.cout // groups
+        total = geo.cout * cig * taps
+        block = tun.block_size
+        name = f"_wf_{g.id}"
+        src = [
+            f"// {node.op} weight [{geo.cin}, {cog}, {taps} taps] -> conv weight "
+            f"[{geo.cout}, {cig}, {taps} taps], taps reversed ({groups} group(s))",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_wflip('
+            "const float* __restrict__ w, float* __restrict__ out) {",
+            f"  for (int i = blockIdx.x * {block} + threadIdx.x; i < {total}; "
+            f"i += gridDim.x * {block}) {{",
+            f"    const int t = i % {taps};",
+            f"    const int ci = (i / {taps}) % {cig};",
+            f"    const int co = i / {taps * cig};",
+            f"    const int grp = co / {cog};",
+            f"    out[i] = __ldg(w + ((grp * {cig} + ci) * {cog} + co % {cog}) * {taps} "
+            f"+ {taps - 1} - t);",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(src))
+        shape = [geo.cout, cig, *self.ir.shapes[w][2:]]
+        grid = max(1, min(math.ceil(total / block), _MAX_GRID))
+        return [
+            f"# {node.op} with stride 1 as a convolution with the flipped, transposed weight",
+            f"{name} = torch.empty({shape}, device=_dev, dtype=torch.float32)",
+            f"KERNELS.{kernel}_wflip({grid}, {block}, {_py(w)}, {name})",
+        ], name
+
+    def _conv_gemm(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        geo: _ConvGeom,
+        groups: int = 1,
+        weight: str | None = None,
+    ) -> list[str]:
         """Convolution as implicit GEMM by parts: im2col of a chunk of images, then cuBLAS.
 
         Row-major, image n: ``out[n] (OC x P) = W (OC x K) @ col[n] (K x P)`` with P = OH*OW,
@@ -1584,6 +1685,11 @@ class _Emitter:
         stride K*P; B = W read as column-major K x OC, ldb = K, batch stride 0 (one filter bank);
         C = out[n] read as column-major P x OC, ldc = P, batch stride OC*P, which is NCHW. A 1x1
         conv with stride 1 and no padding has col[n] == x[n] ([C, H*W]): x itself is A.
+        Grouped: the rows of col[n] (and x[n]) go by input channel, so group j's are the slice
+        ``[j*K/G, (j+1)*K/G)`` and its filters the rows ``[j*OC/G, (j+1)*OC/G)`` of W, whose
+        [OC, C/G, ...] layout is already those K/G x OC/G matrices: one strided-batched SGEMM per
+        group on views (m = P, n = OC/G, k = K/G; the same leading dims and batch strides).
+        ``weight`` names the host tensor to use as W when it is not the node's own weight.
         The bias and the fused epilogue run afterwards in one pointwise kernel (as for ``gemm``).
         """
         ir = self.ir
@@ -1595,13 +1701,28 @@ class _Emitter:
         k, p, cout = geo.k, geo.p, geo.cout
         needs_epilogue = isinstance(b, Ref) or bool(g.epilogue)
         product = f"{node.name}_mm" if needs_epilogue else node.name
-        xa, wa = _py(x), _py(w)
+        xa, wa = _py(x), weight or _py(w)
+        kg, cog = k // groups, cout // groups
+
+        def sgemm(a: str, c: str, cnt: object) -> list[str]:
+            """Host lines for the SGEMM(s) of ``cnt`` images: A = ``a``, C = ``c``."""
+            if groups == 1:
+                return [
+                    f"_sgemm(0, 0, {p}, {cout}, {k}, {a}, {p}, {k * p}, {wa}, {k}, 0, "
+                    f"{c}, {p}, {cout * p}, {cnt})"
+                ]
+            return [
+                f"for _g in range({groups}):",
+                f"    _sgemm(0, 0, {p}, {cog}, {kg}, {a}[:, _g * {kg}:(_g + 1) * {kg}], {p}, "
+                f"{k * p}, {wa}[_g * {cog}:(_g + 1) * {cog}], {kg}, 0, "
+                f"{c}[:, _g * {cog}:(_g + 1) * {cog}], {p}, {cout * p}, {cnt})",
+            ]
+
         lines = [f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)"]
         if geo.pointwise:
             lines += [
                 f"# 1x1 {node.op}, stride 1, no padding: x[n] is already the [{k}, {p}] matrix",
-                f"_sgemm(0, 0, {p}, {cout}, {k}, {xa}, {p}, {k * p}, {wa}, {k}, 0, "
-                f"{product}, {p}, {cout * p}, {geo.n})",
+                *sgemm(xa, product, geo.n),
             ]
         else:
             chunk, nchunks = _conv_chunk(geo)
@@ -1656,26 +1777,23 @@ class _Emitter:
             grid = max(1, min(math.ceil(elems / block), _MAX_GRID))
             col = f"_col_{g.id}"
             mib = elems * 4 / 2**20
+            per_chunk = "one batched SGEMM" if groups == 1 else f"{groups} batched SGEMMs (groups)"
             lines += [
                 f"# implicit GEMM by parts: im2col of {chunk} image(s) at a time into "
-                f"{col} [{chunk}, {k}, {p}] ({mib:.1f} MiB), then one batched SGEMM per chunk",
+                f"{col} [{chunk}, {k}, {p}] ({mib:.1f} MiB), then {per_chunk} per chunk",
                 f"{col} = torch.empty([{chunk}, {k}, {p}], device=_dev, dtype=torch.float32)",
             ]
-            call = (
-                f"_sgemm(0, 0, {p}, {cout}, {k}, {col}, {p}, {k * p}, {wa}, {k}, 0, "
-                "{c}, " + f"{p}, {cout * p}, " + "{cnt})"
-            )
             if nchunks == 1:
                 lines += [
                     f"KERNELS.{im2col}({grid}, {block}, {xa}, {col}, {geo.n})",
-                    call.format(c=product, cnt=geo.n),
+                    *sgemm(col, product, geo.n),
                 ]
             else:
                 lines += [
                     f"for _n0 in range(0, {geo.n}, {chunk}):",
                     f"    _nc = min({chunk}, {geo.n} - _n0)",
                     f"    KERNELS.{im2col}({grid}, {block}, {xa}[_n0:_n0 + _nc], {col}, _nc)",
-                    "    " + call.format(c=f"{product}[_n0:_n0 + _nc]", cnt="_nc"),
+                    *(f"    {line}" for line in sgemm(col, f"{product}[_n0:_n0 + _nc]", "_nc")),
                 ]
         if not needs_epilogue:
             return lines

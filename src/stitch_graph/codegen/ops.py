@@ -256,11 +256,11 @@ _op("instance_norm", NORM, "input, running_mean=None, running_var=None, weight=N
 _op("linear", GEMM, "input, weight, bias=None", flops=2, note="cuBLAS sgemm, bias in the epilogue kernel")  # noqa: E501
 _op("matmul", GEMM, "input, other", flops=2, aliases=("mm", "bmm"))
 _op("addmm", GEMM, "input, mat1, mat2, beta=1, alpha=1", flops=2)
-_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, or a direct kernel), fused bias and epilogue")  # noqa: E501
-_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, or a direct kernel), fused bias and epilogue")  # noqa: E501
-_op("conv3d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, or a direct kernel), fused bias and epilogue")  # noqa: E501
+_op("conv2d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, one per group, or a direct kernel when a GEMM would be tiny or the scratch too large), fused bias and epilogue")  # noqa: E501
+_op("conv1d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, one per group, or a direct kernel when a GEMM would be tiny or the scratch too large), fused bias and epilogue")  # noqa: E501
+_op("conv3d", CONV, "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", flops=2, note="cuDNN (fallback: im2col + cuBLAS SGEMM, one per group, or a direct kernel when a GEMM would be tiny or the scratch too large), fused bias and epilogue")  # noqa: E501
 for _d in (1, 2, 3):
-    _op(f"conv_transpose{_d}d", CONV, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", flops=2, note="cuDNN backward-data (fallback: cuBLAS SGEMM + col2im gather, or a direct kernel), fused bias and epilogue")  # noqa: E501
+    _op(f"conv_transpose{_d}d", CONV, "input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1", flops=2, note="cuDNN backward-data (fallback: stride 1 as the flipped-weight conv by im2col + SGEMM; else SGEMM + col2im gather for groups=1; a direct kernel otherwise), fused bias and epilogue")  # noqa: E501
 # ---- pooling windows: one thread per output, the window read in a loop -----------------------
 for _d in (1, 2, 3):
     _op(f"max_pool{_d}d", POOL, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False", flops=1, note="max over each window (NaN propagates)")  # noqa: E501

@@ -408,7 +408,9 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
     if group.kind == "conv":
         items.append(
             "cuDNN in FP32 math (forward or transposed, any groups), then one bias/epilogue "
-            "kernel; fallback: im2col + cuBLAS SGEMM (groups=1) or a direct kernel"
+            "kernel; fallback: im2col + cuBLAS SGEMM per group (stride-1 transposed convs as "
+            "the convolution with a flipped weight, other transposed ones as SGEMM + col2im) "
+            "or a direct kernel"
         )
     if group.kind in ("reduction", "norm", "softmax"):
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
