@@ -117,8 +117,10 @@ def _methods(fn, args) -> dict[str, float]:
 
 
 def _inputs(namespace: dict, seed: int) -> list:
+    """One draw of the problem's inputs, made on the GPU (large CPU draws take seconds)."""
     torch.manual_seed(seed)
-    return [x.cuda() if torch.is_tensor(x) else x for x in namespace["get_inputs"]()]
+    with torch.device("cuda"):
+        return [x.cuda() if torch.is_tensor(x) else x for x in namespace["get_inputs"]()]
 
 
 def _outs(value) -> list[torch.Tensor]:
