@@ -153,15 +153,21 @@ class Cudnn:
             status = lib.cudnnGetConvolutionForwardAlgorithm_v7(
                 handle, x, w, conv, y, _ALGO_COUNT, ctypes.byref(count), perf)
         self._check(status, "algorithm heuristic")
-        usable = [
-            p for p in perf[: count.value]
-            if p.status == 0 and p.math_type == _FMA_MATH and p.memory <= _WORKSPACE_LIMIT
-        ]
-        if not usable:
-            msg = (f"cuDNN offers no FP32 algorithm for {'transposed ' if transposed else ''}"
-                   f"convolution x{list(xs)} w{list(ws)} -> {list(ys)}")
-            raise RuntimeError(msg)
-        return _Plan(x, w, y, conv, usable[0].algo, usable[0].memory)
+        for p in perf[: count.value]:
+            if p.status or p.math_type != _FMA_MATH:
+                continue
+            size = ctypes.c_size_t()
+            if transposed:
+                status = lib.cudnnGetConvolutionBackwardDataWorkspaceSize(
+                    handle, w, y, conv, x, p.algo, ctypes.byref(size))
+            else:
+                status = lib.cudnnGetConvolutionForwardWorkspaceSize(
+                    handle, x, w, conv, y, p.algo, ctypes.byref(size))
+            if status == 0 and size.value <= _WORKSPACE_LIMIT:
+                return _Plan(x, w, y, conv, p.algo, size.value)
+        msg = (f"cuDNN offers no FP32 algorithm for {'transposed ' if transposed else ''}"
+               f"convolution x{list(xs)} w{list(ws)} -> {list(ys)}")
+        raise RuntimeError(msg)
 
     def run(self, stream: int, transposed: bool, x: Any, w: Any, y: Any,
             stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
