@@ -138,3 +138,20 @@ def test_row_threads_fill_the_gpu() -> None:
     assert _row_threads(256, 16384) == 32  # 64 x 256 x 1024: a warp a row
     assert _row_threads(4, 1_000_000) == 1  # short rows, many of them: a thread a row
     assert _row_threads(1 << 20, 1) == 1024
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_long_log_softmax_row_is_read_once(shift: int, tmp_path: Path) -> None:
+    # 1024 threads x 32 values: the row stays in registers (no statistics pass)
+    task, program = _generate("torch.log_softmax(x, dim=1) * 2.0", "3, 32000")
+    assert "stays in registers (32 per thread, float4)" in program.kernel_source
+    assert "__launch_bounds__(1024)" in program.kernel_source
+    expected, got, launched = _run(task, program, tmp_path, shift, [((1, 7), float("nan"))])
+    assert launched[-1].endswith("_v4") == (shift == 0)
+    assert torch.isnan(got[1]).all() and not torch.isnan(got[0]).any()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_long_softmax_reading_two_tensors_keeps_two_passes() -> None:
+    _, program = _generate("torch.log_softmax(x + w, dim=1) - w", "3, 32000", "3, 32000")
+    assert "statistics pass, then write pass" in program.kernel_source

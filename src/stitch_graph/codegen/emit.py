@@ -1176,7 +1176,8 @@ class _Emitter:
         force a warp / a block per row, ``vector_width`` 1 the scalar kernel alone, ``block_size``
         the rows per block (warp) or the threads per row (block; raised until ``vpt`` <= 16, at
         most to 512). Returns ``None`` (two-pass kernel instead) when ``vpt`` would exceed the
-        register budget: 32 values a thread up to 512 threads a block, 16 at 1024.
+        register budget: 32 values a thread up to 512 threads a block, 16 at 1024 (32 for float4
+        softmax rows, which need few other registers: a 32000-class row read once).
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -1202,8 +1203,23 @@ class _Emitter:
         def vpt(threads: int) -> int:  # registers per thread for the row (float4: whole chunks)
             return 4 * math.ceil(length / 4 / threads) if vector else math.ceil(length / threads)
 
+        # softmax rows in float4 reading one tensor need few registers besides v[] (49 at 1024
+        # threads x 32 values; a second tensor read in the write pass spills)
+        members = {node.name, *g.prologue, *g.epilogue}
+        read = {
+            ref
+            for m in members
+            for ref in ir.node(m).tensor_refs()
+            if ref.kind != "node" or ref.name not in members
+        }
+        wide = (
+            vector and op in ("softmax", "log_softmax") and tun.rows_per_block == 0 and len(read) == 1
+        )
+
         def budget(block: int) -> int:  # ptxas gives 255 registers a thread up to 256 threads,
-            return 32 if block <= 512 else 16  # 128 at 512, 64 at 1024: keep v[] well below
+            if block <= 512 or wide:  # 128 at 512, 64 at 1024: keep v[] well below
+                return 32
+            return 16
 
         block = min(tun.block_size, 1024)
         if mode == "warp":
@@ -1214,6 +1230,8 @@ class _Emitter:
             threads = block  # at most 16 a thread up to 512 threads, then 32; 1024 only if asked
             while threads < 512 and vpt(threads) > 16:
                 threads = min(512, threads * 2)
+            if wide and vpt(threads) > budget(threads):
+                threads = 1024  # one read instead of a statistics pass and a second read
             block = threads
         if vpt(threads) > budget(block):
             return None
