@@ -1,7 +1,8 @@
 """CUDA text shared by every emitted translation unit: accumulators and warp/block reductions.
 
 Accumulators are plain structs (``init``/``update``/``combine``/``shfl``) so one pair of templates,
-``sg_warp_reduce`` (``__shfl_xor_sync`` butterfly, every lane ends with the total) and
+``sg_warp_reduce`` (``__shfl_xor_sync`` butterfly, every lane ends with the total; ``sg_group_reduce``
+the same over groups of fewer lanes, several short rows a warp) and
 ``sg_block_reduce`` (warps, then shared memory across warps, result broadcast to all threads),
 serves sums, extrema, arg-extrema, Welford statistics and online log-sum-exp alike. The file needs
 no headers, so NVRTC and ``nvcc -cubin`` both take it as is.
@@ -123,13 +124,13 @@ struct SgLse {
   __device__ __forceinline__ void update(float v, long long) {
     if (v == -SG_INF) return;
     if (v != v) { m = v; s = v; return; }  // NaN: the row's result is NaN, as in PyTorch
-    if (v > m) { s = s * expf(m - v) + 1.f; m = v; } else { s += expf(v - m); }
+    if (v > m) { s = s * expf(m - v) + 1.f; m = v; } else { s += v == m ? 1.f : expf(v - m); }
   }
   __device__ __forceinline__ void combine(const SgLse& o) {
     if (o.m == -SG_INF) return;
     if (m == -SG_INF) { *this = o; return; }
-    const float mx = fmaxf(m, o.m);
-    s = s * expf(m - mx) + o.s * expf(o.m - mx); m = mx;
+    const float mx = fmaxf(m, o.m);  // equal maxima scale by 1, also when both are +inf
+    s = (m == mx ? s : s * expf(m - mx)) + (o.m == mx ? o.s : o.s * expf(o.m - mx)); m = mx;
   }
   __device__ __forceinline__ SgLse shfl(int o) const {
     SgLse r; r.m = __shfl_xor_sync(SG_FULL, m, o); r.s = __shfl_xor_sync(SG_FULL, s, o);
@@ -141,6 +142,15 @@ template <class A>
 __device__ __forceinline__ A sg_warp_reduce(A a) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) a.combine(a.shfl(o));
+  return a;
+}
+
+// Reduce over aligned groups of G lanes of a warp (G a power of two <= 32); every lane of a
+// group gets its group's result. All 32 lanes of the warp must take part.
+template <int G, class A>
+__device__ __forceinline__ A sg_group_reduce(A a) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) a.combine(a.shfl(o));
   return a;
 }
 

@@ -81,6 +81,36 @@ def _column_splits(rows: int, length: int) -> int:
     return max(1, min(wanted, length // 32, 1024))
 
 
+_GPU_THREADS = 132 * 2048  # resident threads of an H200-class GPU
+_ROW_REDUCE = {"sum", "mean", "norm", "prod", "amax", "amin", "max", "min", "logsumexp"}
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(math.log2(max(n, 1))))
+
+
+def _column_tile(rows: int, length: int, block: int) -> tuple[int, int]:
+    """``(slices, lanes)`` of a column block: ``lanes`` adjacent outputs x ``slices`` chunks of the
+    reduced dim, enough threads in all to fill the GPU. Lanes stay >= 8 so a warp still reads
+    whole 32-byte sectors; chunks stay >= 8 elements so each thread has loads to overlap."""
+    wanted = math.ceil(0.9 * _GPU_THREADS / max(rows, 1))
+    slices = min(_pow2_at_least(wanted), block // 8, _pow2_at_most(max(1, length // 8)))
+    return slices, block // slices
+
+
+def _row_threads(units: int, rows: int) -> int:
+    """Threads per row of a last-dim reduction (a power of two up to 1024): about 8 loads each,
+    more threads while the rows are too few to fill the GPU."""
+    threads = _pow2_at_least(math.ceil(units / 8))
+    while threads < 1024 and threads < units and rows * threads < _GPU_THREADS:
+        threads *= 2
+    return min(threads, 1024)
+
+
 def _two_stage_launch(
     g: Group,
     kernel: str,
@@ -741,12 +771,26 @@ class _Emitter:
             mode = "block" if tun.rows_per_block == 1 else "warp"
         if mode == "thread":
             # outputs along contiguous memory: one thread per output, and when there are too
-            # few outputs to fill the GPU, the reduced dimension split into chunks as well
+            # few outputs to fill the GPU, the reduced dimension split into chunks as well: in
+            # one block (one launch) unless even that leaves most of a big input's GPU idle
             splits = _column_splits(rows, length)
             if splits > 1:
-                return self._column_split_reduction(
-                    g, kernel, tun, rows, length, splits, in_idx, index, acc, load_value, finish
+                slices, lanes = _column_tile(rows, length, 512)
+                if (
+                    2 * rows * slices < _GPU_THREADS
+                    and numel(in_shape) >= 2**22
+                    and tun.split_reduction is not False
+                ):
+                    return self._column_split_reduction(
+                        g, kernel, tun, rows, length, splits, in_idx, index, acc, load_value, finish
+                    )
+                return self._column_tile_reduction(
+                    g, kernel, rows, length, slices, lanes, in_idx, index, acc, load_value, finish
                 )
+        elif (
+            tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE and length * rows > 0
+        ):
+            return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value, finish)
         block = tun.block_size
         if mode == "block":
             block = min(block, 1024)
@@ -869,6 +913,255 @@ class _Emitter:
         grid2 = max(1, min(math.ceil(rows / block), _MAX_GRID))
         return _two_stage_launch(g, kernel, out, args, args2, total, (grid1, block), (grid2, block))
 
+    def _column_tile_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        rows: int,
+        length: int,
+        slices: int,
+        lanes: int,
+        in_idx: str,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """One launch for a reduction whose outputs lie side by side and are too few to fill the
+        GPU with a thread each.
+
+        A block takes ``lanes`` adjacent outputs; its ``slices`` threads per output each reduce
+        one contiguous chunk of the reduced dim (loads coalesced across lanes, up to 8 in flight
+        per thread), then the chunks are combined in shared memory by a tree that merges
+        neighbouring chunks only, so the result is deterministic and keeps the first-index
+        tie and NaN rules of the arg reductions.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        out = ir.node(g.output)
+        block = slices * lanes
+        chunk = math.ceil(length / slices)
+        groups = math.ceil(rows / lanes)
+        batch = 8
+        ragged = length % chunk != 0 or chunk % batch != 0
+        inside = "k < ke" if ragged else "true"
+        args = _Args(ir)
+        pre, value = load_value(args, {})
+        post, result = finish(args, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        combine: list[str] = []
+        step = 1
+        while step < slices:
+            combine += [
+                f"    if ((y & {2 * step - 1}) == 0) sh[t].combine(sh[t + {step * lanes}]);",
+                "    __syncthreads();",
+            ]
+            step *= 2
+        src_lines = [
+            f"// {node.op} over {length} element(s) of {rows} output(s): {lanes} adjacent "
+            f"output(s) x {slices} chunk(s) of {chunk} a block, chunks merged in shared memory",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  __shared__ {acc} sh[{block}];",
+            "  const int t = threadIdx.x;",
+            f"  const int lane = t % {lanes}, y = t / {lanes};",
+            f"  const {index} kb = ({index})y * {chunk};",
+            f"  const {index} ke = min(kb + {chunk}, ({index}){length});",
+            f"  for ({index} grp = blockIdx.x; grp < {groups}; grp += gridDim.x) {{",
+            f"    const {index} r = grp * {lanes} + lane;",
+            f"    {acc} acc = {acc}::init();",
+            f"    if (r < {rows}) {{",
+            f"      for ({index} k0 = kb; k0 < ke; k0 += {batch}) {{",
+            f"        float x[{batch}];",
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {batch}; ++u) {{",
+            f"          const {index} k = k0 + u;",
+            f"          if ({inside}) {{",
+            f"            const {index} i = {in_idx};",
+            *(f"            {line}" for line in pre),
+            f"            x[u] = {value};",
+            "          }",
+            "        }",
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {batch}; ++u) "
+            f"if ({inside.replace('k <', 'k0 + u <')}) acc.update(x[u], k0 + u);",
+            "      }",
+            "    }",
+            "    sh[t] = acc;",
+            "    __syncthreads();",
+            *combine,
+            f"    if (y == 0 && r < {rows}) {{",
+            "      acc = sh[t];",
+            *(f"      {line}" for line in post),
+            f"      out[r] = {result};",
+            "    }",
+            "    __syncthreads();",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(groups, _MAX_GRID))
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _row_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """Reduction over contiguous rows (the last dims): float4 loads when every full-size
+        operand is 16-byte aligned and the length a multiple of 4 (``_v4`` kernel, scalar twin
+        chosen at run time otherwise), each thread issuing a batch of loads before it reduces
+        them, and a group of threads per row sized by ``_row_threads`` (several short rows a
+        warp, a block for long ones)."""
+        out = self.ir.node(g.output)
+        alloc = (
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
+        scalar_src, sargs, _, slaunch = self._row_reduction_variant(
+            g, kernel, rows, length, index, acc, load_value, finish, vec=False
+        )
+        self.kernels.append("\n".join(scalar_src))
+        py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
+        launch = f"KERNELS.{kernel}({slaunch[0]}, {slaunch[1]}, {py_args})"
+        if tun.vector_width != 4 or length % 4 or out.dtype != "float32":
+            return [alloc, launch]
+        vsrc, vargs, aligned, vlaunch = self._row_reduction_variant(
+            g, f"{kernel}_v4", rows, length, index, acc, load_value, finish, vec=True
+        )
+        if not aligned or vargs.refs != sargs.refs:
+            return [alloc, launch]
+        self.kernels.append("\n".join(vsrc))
+        return [
+            alloc,
+            f"if _aligned({', '.join(_py(r) for r in aligned)}):",
+            f"    KERNELS.{kernel}_v4({vlaunch[0]}, {vlaunch[1]}, {py_args})",
+            "else:",
+            f"    {launch}",
+        ]
+
+    def _row_reduction_variant(
+        self,
+        g: Group,
+        name: str,
+        rows: int,
+        length: int,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+        *,
+        vec: bool,
+    ) -> tuple[list[str], _Args, list[Ref], tuple[int, int]]:
+        """Source, arguments, float4 operands and ``(grid, block)`` of one ``_row_reduction``
+        kernel. A thread's units (float4 chunks or elements) are ``t + c * threads``; the loads
+        of a batch of units are all issued before the first is reduced."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        out = ir.node(g.output)
+        w = 4 if vec else 1
+        nu = length // w
+        threads = _row_threads(nu, rows)
+        batch = 4 if vec else 8
+        batches = math.ceil(math.ceil(nu / threads) / batch)
+        block = max(threads, 256) if threads <= 32 else threads
+        per_block = block // threads
+        args = _Args(ir, vector=vec)
+        pre, value = load_value(args, {})
+        post, result = finish(_Args(ir, refs=args.refs), "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
+        inside = f"u < {nu}" if nu % (threads * batch) else "true"
+        if vec:
+            bufs = [args.refs.index(r) for r in args.vec_refs]
+            used = [*pre, value]
+            k_decl = [f"const {index} k = u * 4 + l;"]
+            i_decl = [f"const {index} i = r * {length} + k;"] if any(
+                re.search(r"\bi\b", line) for line in used
+            ) else []
+            load = [
+                *(f"float4 a{q}b[{batch}];" for q in bufs),
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                *(
+                    f"    a{q}b[j] = reinterpret_cast<const float4*>(a{q})[r * {nu} + u];"
+                    for q in bufs
+                ),
+                "  }",
+                "}",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                *(f"    const float4 a{q}v = a{q}b[j];" for q in bufs),
+                "    #pragma unroll",
+                "    for (int l = 0; l < 4; ++l) {",
+                *(f"      {line}" for line in [*k_decl, *i_decl, *pre]),
+                f"      acc.update({value}, k);",
+                "    }",
+                "  }",
+                "}",
+            ]
+        else:
+            load = [
+                f"float x[{batch}];",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                f"    const {index} k = u;",
+                f"    const {index} i = r * {length} + k;",
+                *(f"    {line}" for line in pre),
+                f"    x[j] = {value};",
+                "  }",
+                "}",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) acc.update(x[j], u);",
+                "}",
+            ]
+        if threads == 1:
+            reduce_line = ""
+        elif threads <= 32:
+            reduce_line = f"acc = sg_group_reduce<{threads}>(acc);"
+        else:
+            reduce_line = "acc = sg_block_reduce(acc);"
+        src_lines = [
+            f"// {node.op} over the last {length} element(s) of {rows} row(s): {threads} "
+            f"thread(s) a row, {batch} {'float4' if vec else 'scalar'} loads in flight a thread",
+            f'extern "C" __global__ __launch_bounds__({block}) void {name}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  const int t = threadIdx.x % {threads};",
+            f"  for ({index} rb = ({index})blockIdx.x * {per_block}; rb < {rows}; "
+            f"rb += ({index})gridDim.x * {per_block}) {{",
+            f"    const {index} r = rb + threadIdx.x / {threads};",
+            f"    {acc} acc = {acc}::init();",
+            f"    if (r < {rows}) {{",
+            f"      #pragma unroll {1 if batches > 2 else batches}",
+            f"      for (int b = 0; b < {batches}; ++b) {{",
+            *(f"        {line}" for line in load),
+            "      }",
+            "    }",
+            f"    {reduce_line}",
+            f"    if (t == 0 && r < {rows}) {{",
+            *(f"      {line}" for line in post),
+            f"      out[r] = {result};",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(rows / per_block), _MAX_GRID if threads <= 32 else 65535))
+        return src_lines, args, list(args.vec_refs), (grid, block)
+
     def _split_reduction(
         self,
         g: Group,
@@ -956,7 +1249,8 @@ class _Emitter:
         force a warp / a block per row, ``vector_width`` 1 the scalar kernel alone, ``block_size``
         the rows per block (warp) or the threads per row (block; raised until ``vpt`` <= 16, at
         most to 512). Returns ``None`` (two-pass kernel instead) when ``vpt`` would exceed the
-        register budget: 32 values a thread up to 512 threads a block, 16 at 1024.
+        register budget: 32 values a thread up to 512 threads a block, 16 at 1024 (32 for float4
+        softmax rows, which need few other registers: a 32000-class row read once).
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -982,8 +1276,23 @@ class _Emitter:
         def vpt(threads: int) -> int:  # registers per thread for the row (float4: whole chunks)
             return 4 * math.ceil(length / 4 / threads) if vector else math.ceil(length / threads)
 
+        # softmax rows in float4 reading one tensor need few registers besides v[] (49 at 1024
+        # threads x 32 values; a second tensor read in the write pass spills)
+        members = {node.name, *g.prologue, *g.epilogue}
+        read = {
+            ref
+            for m in members
+            for ref in ir.node(m).tensor_refs()
+            if ref.kind != "node" or ref.name not in members
+        }
+        wide = (
+            vector and op in ("softmax", "log_softmax") and tun.rows_per_block == 0 and len(read) == 1
+        )
+
         def budget(block: int) -> int:  # ptxas gives 255 registers a thread up to 256 threads,
-            return 32 if block <= 512 else 16  # 128 at 512, 64 at 1024: keep v[] well below
+            if block <= 512 or wide:  # 128 at 512, 64 at 1024: keep v[] well below
+                return 32
+            return 16
 
         block = min(tun.block_size, 1024)
         if mode == "warp":
@@ -994,6 +1303,8 @@ class _Emitter:
             threads = block  # at most 16 a thread up to 512 threads, then 32; 1024 only if asked
             while threads < 512 and vpt(threads) > 16:
                 threads = min(512, threads * 2)
+            if wide and vpt(threads) > budget(threads):
+                threads = 1024  # one read instead of a statistics pass and a second read
             block = threads
         if vpt(threads) > budget(block):
             return None
