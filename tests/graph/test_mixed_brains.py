@@ -47,3 +47,45 @@ def test_rule_coder_uses_its_own_schedule_when_the_plan_names_unknown_ops():
     report = result["report"]
     assert report.outcome == "verified"
     assert list(report.details["items"]) == ["k0"], "the generator's own item ids"
+
+
+CONV_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 16, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize(("second_ms", "best_round"), [(1.0, 2), (4.0, 1)])
+def test_rule_agents_try_the_generated_convolution_when_cudnn_loses_to_eager(
+    second_ms: float, best_round: int
+):
+    """Round 1 (cuDNN) measures 0.67x vs eager; round 2 is the generated convolution, once, and
+    the faster of the two is the result."""
+    executor = ScriptedExecutor([passed(3.0), passed(second_ms)])
+    ctx = StitchContext(use_knowledge=False, max_tool_calls=0, profile=False, max_rounds=4,
+                        executor=executor)
+    task = load_task(CONV_PROBLEM, name="conv_relu")
+    result = create_stitch_graph().invoke({"task": task}, context=ctx)
+    report = result["report"]
+    assert report.rounds == 2 and report.best.round == best_round
+    assert len(executor.verified) == 2
+    uses_cudnn = "KERNELS.conv(" in report.best.candidate.host_source
+    assert uses_cudnn == (best_round == 1)
+    assert ("_im2col" in report.best.candidate.kernel_source) == (best_round == 2)

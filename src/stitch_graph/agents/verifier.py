@@ -259,6 +259,14 @@ def _route_correct(
             category="done",
             summary=f"target met: {speedup:.2f}x vs torch.compile",
         )
+    alternative = _convolution_alternative(state.get("candidate"), timing)
+    if alternative and state.get("replans", 0) < ctx.max_replans:
+        return Feedback(
+            target="planner",
+            category="bottleneck",
+            summary=f"{summary}; {alternative.action}",
+            items=[alternative, *extra_items],
+        )
     if profile is None or profile.status != "passed":
         return Feedback(target="finalize", category="done", summary=summary)
     if state.get("replans", 0) >= ctx.max_replans:
@@ -275,6 +283,26 @@ def _route_correct(
         category="bottleneck",
         summary=f"{profile.bottleneck}-bound, ~{profile.headroom:.0%} headroom",
         items=items,
+    )
+
+
+def _convolution_alternative(
+    candidate: Candidate | None, timing: TimingResult | None
+) -> FeedbackItem | None:
+    """One try of the generated convolution when the cuDNN one leaves the program slower than
+    eager: cuDNN's heuristic pick is not always its fastest kernel, and the best program is kept
+    either way."""
+    speedup = timing.speedup_vs_eager if timing else None
+    if candidate is None or speedup is None or speedup >= 1.0:
+        return None
+    if "KERNELS.conv(" not in candidate.host_source and (
+        "KERNELS.conv_transpose(" not in candidate.host_source
+    ):
+        return None
+    return FeedbackItem(
+        action="try the generated convolution (im2col + cuBLAS) instead of cuDNN",
+        detail=f"{speedup:.2f}x vs eager with cuDNN convolutions",
+        source="timing",
     )
 
 
