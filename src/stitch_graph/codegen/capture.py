@@ -635,8 +635,6 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     return obj
 
 
-
-
 def _mutated_arg(fx_node: torch.fx.Node) -> torch.fx.Node | None:
     """The traced tensor an op writes in place (``x.relu_()``, ``F.relu(x, inplace=True)``,
     ``x += y``, ``torch.add(a, b, out=x)``), else None."""
