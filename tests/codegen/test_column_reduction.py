@@ -15,7 +15,7 @@ import torch
 from cpu_emulation import CpuKernels
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
-from stitch_graph.codegen.emit import _column_splits, _column_tile
+from stitch_graph.codegen._emit_reduce import _column_splits, _column_tile
 from stitch_graph.task import load_task
 from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
 from stitch_graph.verify import check_candidate

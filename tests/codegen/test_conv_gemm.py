@@ -18,7 +18,7 @@ import pytest
 from cpu_emulation import check_on_cpu
 
 from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
-from stitch_graph.codegen import emit as emit_mod
+from stitch_graph.codegen import _emit_conv as conv_mod
 from stitch_graph.task import load_task
 from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
 from stitch_graph.verify import check_candidate
@@ -145,7 +145,7 @@ def test_chunked_im2col_matches_pytorch(
     """A small scratch budget forces chunks of 2 images (2, 2, 1) and the chunk loop."""
     params = dict(zip(_KEYS2D, (5, 3, 4, 3, 1, 1, 1, 1, bias, 6, 7, expr), strict=True))
     per_image = 3 * 9 * 6 * 7 * 4
-    monkeypatch.setattr(emit_mod, "_CONV_SCRATCH_BYTES", 2 * per_image + 4)
+    monkeypatch.setattr(conv_mod, "_CONV_SCRATCH_BYTES", 2 * per_image + 4)
     cand, kernels = _run(_CONV2D.format(**params), tmp_path)
     forward = cand.host_source.split("def forward")[1]
     assert "for _n0 in range(0, 5, 2):" in forward
@@ -163,10 +163,10 @@ def test_unfused_and_tuned_conv_matches_pytorch(tmp_path: Path) -> None:
 
 
 def test_chunk_rule_of_the_suite_problem() -> None:
-    geo = emit_mod._ConvGeom(16, 64, 128, 128, 128, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1)
-    chunk, chunks = emit_mod._conv_chunk(geo)
+    geo = conv_mod._ConvGeom(16, 64, 128, 128, 128, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1)
+    chunk, chunks = conv_mod._conv_chunk(geo)
     assert (chunk, chunks) == (6, 3)
-    assert chunk * geo.k * geo.p * 4 <= emit_mod._CONV_SCRATCH_BYTES
+    assert chunk * geo.k * geo.p * 4 <= conv_mod._CONV_SCRATCH_BYTES
 
 
 _CONVT = """
@@ -267,7 +267,7 @@ def test_chunked_stride1_conv_transpose_matches_pytorch(
 ) -> None:
     """A small scratch budget runs the flipped-weight convolution image by image."""
     values = (3, 3, 32, 32, 3, 1, 0, 1, groups, True, "4, 5, 6", _TANH)
-    monkeypatch.setattr(emit_mod, "_CONV_SCRATCH_BYTES", 4000)
+    monkeypatch.setattr(conv_mod, "_CONV_SCRATCH_BYTES", 4000)
     cand, kernels = _run(_CONVT.format(**dict(zip(_KEYST, values, strict=True))), tmp_path)
     assert "for _n0 in range(0, 3, 1):" in cand.host_source
     assert sum(name.endswith("_im2col") for name in kernels.launched) == 3
@@ -277,9 +277,9 @@ def test_chunked_stride1_conv_transpose_matches_pytorch(
 def test_the_suite_stride1_conv_transpose3d_takes_im2col() -> None:
     """ConvTranspose3d(16 -> 64, k3, s1, p1) on 16x16x32x128x128: the col2im buffer of one image
     (3.6 GB) is over the limit, the im2col one (0.9 GB) is not: one image at a time."""
-    geo = emit_mod._ConvGeom(16, 16, 128, 128, 64, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1, 32, 3, 32, 1, 1)
-    assert emit_mod._col2im_elems(geo) * 4 > emit_mod._CONV_SCRATCH_MAX
-    fwd = emit_mod._conv_transpose_as_conv(geo)
+    geo = conv_mod._ConvGeom(16, 16, 128, 128, 64, 3, 3, 128, 128, 1, 1, 1, 1, 1, 1, 32, 3, 32, 1, 1)
+    assert conv_mod._col2im_elems(geo) * 4 > conv_mod._CONV_SCRATCH_MAX
+    fwd = conv_mod._conv_transpose_as_conv(geo)
     assert fwd is not None and (fwd.pd, fwd.ph, fwd.pw) == (1, 1, 1)
-    assert fwd.k * fwd.p * 4 <= emit_mod._CONV_SCRATCH_MAX
-    assert emit_mod._conv_chunk(fwd) == (1, 16)
+    assert fwd.k * fwd.p * 4 <= conv_mod._CONV_SCRATCH_MAX
+    assert conv_mod._conv_chunk(fwd) == (1, 16)

@@ -30,6 +30,7 @@ from stitch_graph.codegen import (
     emit_candidate,
     plan_program,
 )
+from stitch_graph.codegen import _emit_conv as conv_mod
 from stitch_graph.codegen import emit as emit_mod
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
@@ -179,7 +180,7 @@ def test_generated_program_matches_pytorch(name: str, tmp_path: Path) -> None:
 
 def test_conv_scratch_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Transposed and 3-D convolutions whose scratch exceeds the budget run image by image."""
-    monkeypatch.setattr(emit_mod, "_CONV_SCRATCH_BYTES", 4000)
+    monkeypatch.setattr(conv_mod, "_CONV_SCRATCH_BYTES", 4000)
     for i, (init, shape, expr) in enumerate([
         ("nn.ConvTranspose2d(20, 6, 3, stride=2, padding=1)", "3, 20, 5, 6", "torch.tanh(self.c(x))"),  # noqa: E501
         ("nn.ConvTranspose3d(16, 3, 2, stride=2)", "3, 16, 2, 3, 4", "self.c(x)"),

@@ -217,7 +217,7 @@ _op("soft_margin_elem", POINTWISE, "input, target, reduction='none'", "log1pf(ex
 _op("kl_div_elem", POINTWISE, "input, target, reduction='none', log_target=False", "({log_target} ? expf({target}) * ({target} - {input}) : ({target} > 0.f ? {target} * logf({target}) : ({target} == 0.f ? 0.f : SG_NAN)) - {target} * {input})", flops=4, note="xlogy(t, t) - t * x")  # noqa: E501
 _op("bce_elem", POINTWISE, "input, target, reduction='none'", "(({target} - 1.f) * sg_max(log1pf(-{input}), -100.f) - {target} * sg_max(logf({input}), -100.f))", flops=6)  # noqa: E501
 _op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {target}) * {input} + sg_max(-{input}, 0.f) + log1pf(expf(-fabsf({input}))))", flops=6)  # noqa: E501
-# ---- pointwise, reading operands at other positions (emit.py's ``indexed``; they never fuse
+# ---- pointwise, reading operands at other positions (_emit_base.py's ``indexed``; they never fuse
 # their producers, whose values must be in memory) ----------------------------------------------
 _op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate"))
 _op("stack", POINTWISE, "tensors, dim=0", flops=0)

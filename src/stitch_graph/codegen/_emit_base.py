@@ -1,0 +1,410 @@
+"""Shared core of kernel emission: constants, ``EmitError``, kernel parameter lists (``_Args``),
+literals and broadcast offsets, and ``_EmitterBase`` with the expression and pointwise emitters.
+
+Every other emitter module builds on this one: a group's member ops become CUDA expressions here
+(``exprs``, ``indexed`` for ops that read other positions, ``value_of``), and fused pointwise
+kernels (grid-stride, with a float4 twin) are written by ``pointwise``. The mixins for
+reductions, softmax/norms, convolutions, pooling/scans and GEMMs subclass ``_EmitterBase``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+from stitch_graph.codegen.ops import INDEXED, lookup
+from stitch_graph.codegen.schedule import index_position
+from stitch_graph.codegen.tuning import KernelTuning, Tuning
+
+_CTYPE = {"float32": "float", "bool": "bool", "int64": "long long"}
+_TORCH_DTYPE = {"float32": "torch.float32", "bool": "torch.bool", "int64": "torch.int64"}
+_MAX_GRID = 132 * 32
+
+
+class EmitError(ValueError):
+    """The plan asks for something the emitter cannot produce."""
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        f = float(value)
+        if math.isnan(f):
+            return "SG_NAN"
+        if math.isinf(f):
+            return "SG_INF" if f > 0 else "(-SG_INF)"
+        return f"{f!r}f"
+    msg = f"cannot use {value!r} as a CUDA literal"
+    raise EmitError(msg)
+
+
+def _offset(
+    shape: tuple[int, ...], strides: tuple[int, ...], space: tuple[int, ...], idx: str
+) -> str:
+    """Element offset of a (broadcast) operand at linear index ``idx`` of ``space``."""
+    if tuple(shape) == tuple(space) and tuple(strides) == contiguous_strides(tuple(space)):
+        return idx
+    lead = len(space) - len(shape)
+    terms: list[str] = []
+    for d, (size, stride) in enumerate(zip(shape, strides, strict=True)):
+        if size == 1 or stride == 0:
+            continue
+        inner = numel(space[lead + d + 1 :])
+        coord = f"({idx} / {inner})" if inner > 1 else idx
+        if lead + d > 0:
+            coord = f"({coord} % {space[lead + d]})"
+        terms.append(coord if stride == 1 else f"{coord} * {stride}")
+    return " + ".join(terms) or "0"
+
+
+@dataclass
+class _Args:
+    """Tensor parameters of one kernel, in the order host code passes them."""
+
+    ir: ProgramIR
+    refs: list[Ref] = field(default_factory=list)
+    vector: bool = False
+    vec_refs: list[Ref] = field(default_factory=list)
+
+    def param(self, ref: Ref) -> str:
+        if ref not in self.refs:
+            self.refs.append(ref)
+        return f"a{self.refs.index(ref)}"
+
+    def load(
+        self, ref: Ref, space: tuple[int, ...], idx: str, bshape: tuple[int, ...] | None = None
+    ) -> str:
+        name = self.param(ref)
+        shape = tuple(bshape) if bshape else self.ir.shapes[ref]
+        strides = contiguous_strides(shape) if bshape else self.ir.strides[ref]
+        full = shape == tuple(space) and tuple(strides) == contiguous_strides(tuple(space))
+        if self.vector and full and self.ir.dtypes.get(ref, "float32") == "float32":
+            if ref not in self.vec_refs:
+                self.vec_refs.append(ref)
+            return f"(&{name}v.x)[l]"
+        return f"{name}[{_offset(shape, strides, space, idx)}]"
+
+    def signature(self, extra: list[str]) -> str:
+        params = [
+            f"const {_CTYPE.get(self.ir.dtypes.get(r, 'float32'), 'float')}* __restrict__ a{i}"
+            for i, r in enumerate(self.refs)
+        ]
+        return ", ".join(params + extra)
+
+
+def _py(ref: Ref) -> str:
+    if ref.kind == "param":
+        return f"_get(self, {ref.name!r})"
+    return ref.name
+
+
+class _EmitterBase:
+    """State of one emission (the program, its tuning, the kernels so far, notes) and the
+    expression and pointwise emitters every kernel style builds on."""
+
+    def __init__(self, ir: ProgramIR, tuning: Tuning) -> None:
+        self.ir = ir
+        self.tuning = tuning
+        self.kernels: list[str] = []
+        self.notes: list[str] = []
+
+    # ---- expressions -------------------------------------------------------------------------
+    def exprs(
+        self,
+        members: list[str],
+        space: tuple[int, ...],
+        idx: str,
+        env: dict[str, str],
+        args: _Args,
+    ) -> list[str]:
+        lines: list[str] = []
+        for name in members:
+            node = self.ir.node(name)
+            info = lookup(node.op)
+            if node.op in INDEXED:
+                ctype = _CTYPE.get(node.dtype, "float")
+                value = self.indexed(node, space, idx, args, env)
+                lines.append(f"const {ctype} v_{name} = ({ctype})({value});")
+                env[name] = f"v_{name}"
+                continue
+            if info is None or info.expr is None:
+                msg = f"node {name} ({node.op}) has no pointwise expression"
+                raise EmitError(msg)
+            values: dict[str, str] = {}
+            bshapes = node.attrs.get("bshape", {})
+            for pname, default in info.params:
+                if "{" + pname + "}" not in info.expr:
+                    continue  # e.g. the dtype of zeros_like: nothing to load or spell
+                value = node.args.get(pname, default)
+                if isinstance(value, Ref):
+                    if value.kind == "node" and value.name in env:
+                        values[pname] = env[value.name]
+                    else:
+                        values[pname] = args.load(value, space, idx, bshapes.get(pname))
+                elif value is None or value is ...:
+                    values[pname] = "0.f" if default in (None, ...) else _literal(default)
+                elif isinstance(value, str):
+                    values[pname] = "0"
+                else:
+                    values[pname] = _literal(value)
+            ctype = _CTYPE.get(node.dtype, "float")
+            lines.append(f"const {ctype} v_{name} = ({ctype})({info.expr.format(**values)});")
+            env[name] = f"v_{name}"
+        return lines
+
+    def indexed(
+        self, node: OpNode, space: tuple[int, ...], idx: str, args: _Args, env: dict[str, str]
+    ) -> str:
+        """Value of an op that reads its operands at other positions than the output's.
+
+        ``cat`` picks the operand whose slice holds the output coordinate along ``dim``;
+        ``flip`` mirrors the coordinate along its dims; ``gather`` replaces it by the index
+        operand's value (clamped into range); ``triu``/``tril`` compare row and column. The
+        node's shape is aligned right against ``space`` (it may be broadcast into it).
+        Operands are always read from memory, never from fused values (see the scheduler).
+        """
+        ir = self.ir
+        shape = tuple(node.shape)
+        lead = len(space) - len(shape)
+
+        def coord(d: int) -> str:
+            """Coordinate of the output element along dim ``d`` of the node's shape."""
+            inner = numel(space[lead + d + 1 :])
+            c = f"({idx} / {inner})" if inner > 1 else f"({idx})"
+            return f"(int)({c} % {space[lead + d]})"
+
+        def base(ref: Ref, skip: set[int]) -> str:
+            """Offset of ``ref`` at the output position, without the dims in ``skip``."""
+            rshape = list(ir.shapes[ref])
+            rlead = len(shape) - len(rshape)
+            masked = tuple(1 if rlead + d in skip else n for d, n in enumerate(rshape))
+            return _offset(masked, tuple(ir.strides[ref]), space, idx)
+
+        def stride(ref: Ref, d: int) -> int:
+            rshape = ir.shapes[ref]
+            rd = d - (len(shape) - len(rshape))
+            return 0 if rd < 0 or rshape[rd] == 1 else int(ir.strides[ref][rd])
+
+        nd = max(len(shape), 1)
+        if node.op == "cat":
+            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+            dim = int(node.args.get("dim", 0)) % nd
+            c = coord(dim)
+            start = 0
+            parts: list[tuple[int, str]] = []
+            for ref in tensors:
+                size = ir.shapes[ref][dim - (len(shape) - len(ir.shapes[ref]))]
+                if size == 0:
+                    continue
+                load = f"{args.param(ref)}[{base(ref, {dim})} + ({c} - {start}) * {stride(ref, dim)}]"
+                start += size
+                parts.append((start, load))
+            value = parts[-1][1]
+            for end, load in reversed(parts[:-1]):
+                value = f"({c} < {end} ? {load} : {value})"
+            return value
+        if node.op == "stack":
+            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+            dim = int(node.args.get("dim", 0)) % nd
+            c = coord(dim)
+            loads = []
+            for ref in tensors:
+                rshape = list(ir.shapes[ref])
+                rstrides = list(ir.strides[ref])
+                rd = dim - (len(shape) - 1 - len(rshape))
+                masked = tuple(rshape[:rd] + [1] + rshape[rd:])
+                strides = tuple(rstrides[:rd] + [0] + rstrides[rd:])
+                loads.append(f"{args.param(ref)}[{_offset(masked, strides, space, idx)}]")
+            value = loads[-1]
+            for k in range(len(loads) - 2, -1, -1):
+                value = f"({c} == {k} ? {loads[k]} : {value})"
+            return value
+        if node.op == "flip":
+            src: Ref = node.args["input"]
+            raw = node.args.get("dims")
+            dims = {int(d) % nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
+            terms = [base(src, dims)]
+            for d in sorted(dims):
+                terms.append(f"({shape[d] - 1} - {coord(d)}) * {stride(src, d)}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
+        if node.op == "gather":
+            src = node.args["input"]
+            index: Ref = node.args["index"]
+            dim = int(node.args["dim"]) % nd
+            size = ir.shapes[src][dim]
+            at = env.get(index.name) if index.kind == "node" else None
+            at = at or f"{args.param(index)}[{_offset(ir.shapes[index], ir.strides[index], space, idx)}]"  # noqa: E501
+            k = f"(long long)({at})"
+            k = f"({k} < 0 ? {k} + {size} : {k})"
+            k = f"min(max({k}, 0LL), {size - 1}LL)"
+            return f"{args.param(src)}[{base(src, {dim})} + {k} * {stride(src, dim)}]"
+        if node.op == "index":
+            src = node.args["input"]
+            d, index = index_position(ir, node) or (0, node.args["input"])
+            rshape, rstrides = ir.shapes[src], ir.strides[src]
+            k = len(ir.shapes[index])
+            at = " + ".join(
+                [f"{coord(d + m)} * {s_}" for m, s_ in enumerate(ir.strides[index]) if ir.shapes[index][m] != 1]  # noqa: E501
+            ) or "0"
+            i = f"(long long)({args.param(index)}[{at}])"
+            i = f"min(max(({i} < 0 ? {i} + {rshape[d]} : {i}), 0LL), {rshape[d] - 1}LL)"
+            terms = [f"{i} * {rstrides[d]}"]
+            for j in range(len(rshape)):
+                if j != d and rshape[j] != 1:
+                    terms.append(f"{coord(j if j < d else j + k - 1)} * {rstrides[j]}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
+        if node.op == "roll":
+            src = node.args["input"]
+            shifts, dims = node.args["shifts"], node.args["dims"]
+            shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+            dims = [int(v) % nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
+            terms = [base(src, set(dims))]
+            for shift, d in zip(shifts, dims, strict=True):
+                n = shape[d]
+                terms.append(f"(({coord(d)} + {(-int(shift)) % n}) % {n}) * {stride(src, d)}")
+            return f"{args.param(src)}[{' + '.join(terms)}]"
+        if node.op == "pad":
+            src = node.args["input"]
+            pads = [int(v) for v in node.args["pad"]]
+            rshape = ir.shapes[src]
+            fill = node.args.get("value")
+            inside: list[str] = []
+            terms: list[str] = []
+            padded: set[int] = set()
+            for j in range(len(pads) // 2):
+                d = len(shape) - 1 - j
+                before = pads[2 * j]
+                if before == 0 and pads[2 * j + 1] == 0:
+                    continue
+                padded.add(d)
+                c = f"({coord(d)} - {before})"
+                inside.append(f"{c} >= 0 && {c} < {rshape[d]}")
+                terms.append(f"{c} * {stride(src, d)}")
+            load = f"{args.param(src)}[{' + '.join([base(src, padded), *terms])}]"
+            if not inside:
+                return load
+            return f"(({' && '.join(inside)}) ? {load} : {_literal(float(fill or 0.0))})"
+        if node.op in ("triu", "tril"):
+            src = node.args["input"]
+            diagonal = int(node.args.get("diagonal", 0) or 0)
+            row, col = coord(len(shape) - 2), coord(len(shape) - 1)
+            value = self.value_of(src, space, idx, env, args)
+            keep = f"{col} - {row} >= {diagonal}" if node.op == "triu" else (
+                f"{col} - {row} <= {diagonal}"
+            )
+            return f"(({keep}) ? {value} : 0.f)"
+        msg = f"{node.name}: no indexed rule for {node.op}"
+        raise EmitError(msg)
+
+    def value_of(
+        self, ref: Any, space: tuple[int, ...], idx: str, env: dict[str, str], args: _Args
+    ) -> str:
+        if isinstance(ref, Ref):
+            if ref.kind == "node" and ref.name in env:
+                return env[ref.name]
+            return args.load(ref, space, idx)
+        return _literal(ref)
+
+    # ---- pointwise -----------------------------------------------------------------------------
+    def pointwise(
+        self,
+        gid: str,
+        kernel: str,
+        members: list[str],
+        out: OpNode,
+        tun: KernelTuning,
+        anchor_line: Callable[[_Args, str], tuple[str, str]] | None = None,
+    ) -> list[str]:
+        """Emit a pointwise kernel (and its float4 twin); return the host launch lines."""
+        space = out.shape
+        n = numel(space)
+        index = "long long" if n >= 2**31 else "int"
+        block = tun.block_size
+        otype = _CTYPE.get(out.dtype, "float")
+
+        def body(args: _Args, idx: str) -> tuple[list[str], str]:
+            env: dict[str, str] = {}
+            lines: list[str] = []
+            if anchor_line is not None:
+                name, line = anchor_line(args, idx)
+                lines.append(line)
+                env[name] = f"v_{name}"
+            lines += self.exprs(members, space, idx, env, args)
+            return lines, env[out.name]
+
+        args = _Args(self.ir)
+        lines, result = body(args, "i")
+        unroll = f"#pragma unroll {tun.unroll}\n  " if tun.unroll > 1 else ""
+        src = [
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  {unroll}for ({index} i = ({index})blockIdx.x * {block} + threadIdx.x; i < {n}; "
+            f"i += ({index})gridDim.x * {block}) {{",
+            *(f"    {line}" for line in lines),
+            f"    out[i] = {result};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(src))
+        grid = max(1, min(math.ceil(n / block), _MAX_GRID))
+        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
+        alloc = (
+            f"{out.name} = torch.empty({list(space)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
+        scalar_launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
+        vector_ok = tun.vector_width == 4 and n % 4 == 0 and n >= 4 and out.dtype == "float32"
+        if not vector_ok:
+            return [alloc, scalar_launch]
+        vargs = _Args(self.ir, vector=True)
+        vlines, vresult = body(vargs, "i")
+        if vargs.refs != args.refs:
+            return [alloc, scalar_launch]
+        n4 = n // 4
+        vsrc = [
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_v4('
+            f"{vargs.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  for ({index} j = ({index})blockIdx.x * {block} + threadIdx.x; j < {n4}; "
+            f"j += ({index})gridDim.x * {block}) {{",
+            *(
+                f"    const float4 a{args.refs.index(r)}v = "
+                f"reinterpret_cast<const float4*>(a{args.refs.index(r)})[j];"
+                for r in vargs.vec_refs
+            ),
+            "    float r[4];",
+            "#pragma unroll",
+            "    for (int l = 0; l < 4; ++l) {",
+            f"      const {index} i = j * 4 + l;",
+            *(f"      {line}" for line in vlines),
+            f"      r[l] = {vresult};",
+            "    }",
+            "    reinterpret_cast<float4*>(out)[j] = make_float4(r[0], r[1], r[2], r[3]);",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(vsrc))
+        vgrid = max(1, min(math.ceil(n4 / block), _MAX_GRID))
+        aligned = ", ".join([*(_py(r) for r in vargs.vec_refs), out.name])
+        return [
+            alloc,
+            f"if _aligned({aligned}):",
+            f"    KERNELS.{kernel}_v4({vgrid}, {block}, {py_args})",
+            "else:",
+            f"    {scalar_launch}",
+        ]
+
+    def _add_kernel(
+        self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode
+    ) -> list[str]:
+        """Keep a kernel's source; return the host lines that allocate its output and launch it."""
+        self.kernels.append("\n".join(src_lines))
+        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
+        return [
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+            f"KERNELS.{kernel}({grid}, {block}, {py_args})",
+        ]

@@ -1,0 +1,634 @@
+"""Reductions: one thread, warp or block per row of a last-dim reduction, column reductions
+(tiled, or split into chunks), and two-stage split reductions when rows are few and long.
+
+Held apart because the launch-shape arithmetic (``_column_splits``, ``_column_tile``,
+``_row_threads``) and the accumulator table belong to reductions alone; ``_ReduceEmitter`` is a
+mixin of ``emit._Emitter``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from stitch_graph.codegen._emit_base import (
+    _CTYPE,
+    _MAX_GRID,
+    _TORCH_DTYPE,
+    EmitError,
+    _Args,
+    _EmitterBase,
+    _py,
+)
+from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
+from stitch_graph.codegen.schedule import reduction_dims
+from stitch_graph.codegen.tuning import KernelTuning
+
+_ACC = {
+    "sum": "SgSum",
+    "mean": "SgSum",
+    "norm": "SgSum",
+    "prod": "SgProd",
+    "amax": "SgMax",
+    "max": "SgMax",
+    "amin": "SgMin",
+    "min": "SgMin",
+    "argmax": "SgArgMax",
+    "argmin": "SgArgMin",
+    "var": "SgWelford",
+    "std": "SgWelford",
+    "logsumexp": "SgLse",
+}
+_SPLITTABLE = {"sum", "mean", "norm", "amax", "amin", "max", "min", "prod", "logsumexp"}
+
+
+def _column_splits(rows: int, length: int) -> int:
+    """Chunks to cut a column reduction into: enough threads to fill an H200-class GPU
+    (132 SMs x 2048 threads), chunks of at least 32 elements."""
+    wanted = math.ceil(132 * 2048 / max(rows, 1))
+    return max(1, min(wanted, length // 32, 1024))
+
+
+_GPU_THREADS = 132 * 2048  # resident threads of an H200-class GPU
+_ROW_REDUCE = {"sum", "mean", "norm", "prod", "amax", "amin", "max", "min", "logsumexp"}
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(math.log2(max(n, 1))))
+
+
+def _column_tile(rows: int, length: int, block: int) -> tuple[int, int]:
+    """``(slices, lanes)`` of a column block: ``lanes`` adjacent outputs x ``slices`` chunks of the
+    reduced dim, enough threads in all to fill the GPU. Lanes stay >= 8 so a warp still reads
+    whole 32-byte sectors; chunks stay >= 8 elements so each thread has loads to overlap."""
+    wanted = math.ceil(0.9 * _GPU_THREADS / max(rows, 1))
+    slices = min(_pow2_at_least(wanted), block // 8, _pow2_at_most(max(1, length // 8)))
+    return slices, block // slices
+
+
+def _row_threads(units: int, rows: int) -> int:
+    """Threads per row of a last-dim reduction (a power of two up to 1024): about 8 loads each,
+    more threads while the rows are too few to fill the GPU."""
+    threads = _pow2_at_least(math.ceil(units / 8))
+    while threads < 1024 and threads < units and rows * threads < _GPU_THREADS:
+        threads *= 2
+    return min(threads, 1024)
+
+
+def _two_stage_launch(
+    g: Group,
+    kernel: str,
+    out: Any,
+    args: _Args,
+    args2: _Args,
+    partials: int,
+    launch1: tuple[int, int],
+    launch2: tuple[int, int],
+) -> list[str]:
+    """Host lines of a split reduction: a workspace of ``partials`` accumulators (16 bytes
+    each), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``."""
+    ws = f"_ws_{g.id}"
+    p1 = ", ".join([*(_py(r) for r in args.refs), ws])
+    p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
+    return [
+        f"{ws} = torch.empty({partials * 16}, device=_dev, dtype=torch.uint8)",
+        f"KERNELS.{kernel}_part({launch1[0]}, {launch1[1]}, {p1})",
+        f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+        f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+        f"KERNELS.{kernel}({launch2[0]}, {launch2[1]}, {p2})",
+    ]
+
+
+class _ReduceEmitter(_EmitterBase):
+    """Reduction kernels (``reduction`` and its variants)."""
+
+    # ---- reductions ----------------------------------------------------------------------------
+    def reduction(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        src: Ref = node.args["input"]
+        in_shape = ir.shapes[src]
+        dims = reduction_dims(ir, node)
+        layout = row_layout(in_shape, dims)
+        if layout is None:
+            msg = f"{node.name}: cannot reduce over dims {dims} of {in_shape}"
+            raise EmitError(msg)
+        outer, length, inner = layout
+        rows = outer * inner
+        acc = _ACC[node.op]
+        out = ir.node(g.output)
+        anchor_shape = node.shape
+        big = numel(in_shape) >= 2**31
+        index = "long long" if big else "int"
+        in_idx = (
+            f"(r / {inner}) * {length * inner} + k * {inner} + r % {inner}"
+            if inner > 1
+            else (f"r * {length} + k" if rows > 1 else "k")
+        )
+
+        def load_value(args: _Args, env: dict[str, str]) -> tuple[list[str], str]:
+            lines = self.exprs(g.prologue, in_shape, "i", env, args)
+            value = self.value_of(src, in_shape, "i", env, args)
+            if node.op == "norm":
+                lines.append(f"const float sq = {value} * {value};")
+                value = "sq"
+            return lines, value
+
+        def finish(args: _Args, a: str) -> tuple[list[str], str]:
+            result = {
+                "sum": f"{a}.s",
+                "mean": f"{a}.s / {float(length)!r}f",
+                "norm": f"sqrtf({a}.s)",
+                "prod": f"{a}.p",
+                "amax": f"{a}.m",
+                "max": f"{a}.m",
+                "amin": f"{a}.m",
+                "min": f"{a}.m",
+                "argmax": f"{a}.i",
+                "argmin": f"{a}.i",
+                "logsumexp": f"({a}.m == -SG_INF ? -SG_INF : {a}.m + logf({a}.s))",
+            }.get(node.op)
+            if node.op in ("var", "std"):
+                corr = node.args.get("correction")
+                if corr is None:
+                    corr = 1 if node.args.get("unbiased", True) else 0
+                var = f"{a}.m2 / fmaxf({a}.n - {float(corr)!r}f, 0.f)"
+                result = f"sqrtf({var})" if node.op == "std" else var
+            ctype = _CTYPE.get(node.dtype, "float")
+            env = {node.name: f"v_{node.name}"}
+            lines = [f"const {ctype} v_{node.name} = ({ctype})({result});"]
+            lines += self.exprs(g.epilogue, anchor_shape, "r", env, args)
+            return lines, env[out.name]
+
+        split = tun.split_reduction
+        if split is None:
+            split = rows < 132 and length >= 65536 and node.op in _SPLITTABLE
+        split = bool(split) and node.op in _SPLITTABLE
+        if split:
+            return self._split_reduction(
+                g, kernel, tun, rows, length, in_idx, index, acc, load_value, finish
+            )
+        if tun.rows_per_block == 0:
+            mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
+        else:
+            mode = "block" if tun.rows_per_block == 1 else "warp"
+        if mode == "thread":
+            # outputs along contiguous memory: one thread per output, and when there are too
+            # few outputs to fill the GPU, the reduced dimension split into chunks as well: in
+            # one block (one launch) unless even that leaves most of a big input's GPU idle
+            splits = _column_splits(rows, length)
+            if splits > 1:
+                slices, lanes = _column_tile(rows, length, 512)
+                if (
+                    2 * rows * slices < _GPU_THREADS
+                    and numel(in_shape) >= 2**22
+                    and tun.split_reduction is not False
+                ):
+                    return self._column_split_reduction(
+                        g, kernel, tun, rows, length, splits, in_idx, index, acc, load_value, finish
+                    )
+                return self._column_tile_reduction(
+                    g, kernel, rows, length, slices, lanes, in_idx, index, acc, load_value, finish
+                )
+        elif (
+            tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE and length * rows > 0
+        ):
+            return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value, finish)
+        block = tun.block_size
+        if mode == "block":
+            block = min(block, 1024)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre, value = load_value(args, env)
+        post, result = finish(args, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
+        if mode == "thread":
+            row_loop = (
+                f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
+                f"r += ({index})gridDim.x * {block})"
+            )
+            k_loop = f"for ({index} k = 0; k < {length}; ++k)"
+            reduce_line, writer = "", ""
+            grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
+        elif mode == "warp":
+            warps = block // 32
+            row_loop = (
+                f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
+                f"r += ({index})gridDim.x * {warps})"
+            )
+            k_loop = f"for ({index} k = threadIdx.x & 31; k < {length}; k += 32)"
+            reduce_line, writer = "acc = sg_warp_reduce(acc);", "if ((threadIdx.x & 31) == 0)"
+            grid = max(1, min(math.ceil(rows / warps), _MAX_GRID))
+        else:
+            row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+            k_loop = f"for ({index} k = threadIdx.x; k < {length}; k += {block})"
+            reduce_line, writer = "acc = sg_block_reduce(acc);", "if (threadIdx.x == 0)"
+            grid = max(1, min(rows, 65535))
+        src_lines = [
+            f"// {node.op} over {length} element(s) of {rows} row(s), {mode} per row",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  {row_loop} {{",
+            f"    {acc} acc = {acc}::init();",
+            f"    {unroll}",
+            f"    {k_loop} {{",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in pre),
+            f"      acc.update({value}, k);",
+            "    }",
+            f"    {reduce_line}",
+            f"    {writer} {{",
+            *(f"      {line}" for line in post),
+            f"      out[r] = {result};",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _column_split_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        splits: int,
+        in_idx: str,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """Thread per (output, chunk) writing a partial, then thread per output combining them.
+
+        Consecutive threads take consecutive outputs, which lie side by side in memory, so both
+        stages read coalesced; no shared memory or shuffles are needed.
+        """
+        ir = self.ir
+        out = ir.node(g.output)
+        block = min(tun.block_size, 1024)
+        chunk = math.ceil(length / splits)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre, value = load_value(args, env)
+        total = rows * splits
+        stage1 = [
+            f"// stage 1 of a column reduction: {rows} output(s) x {splits} chunk(s) of {chunk}",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part('
+            f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
+            f"  for ({index} t = ({index})blockIdx.x * {block} + threadIdx.x; t < {total}; "
+            f"t += ({index})gridDim.x * {block}) {{",
+            f"    const {index} r = t % {rows};",
+            f"    const {index} s = t / {rows};",
+            f"    const {index} end = min(({index})((s + 1) * {chunk}), ({index}){length});",
+            f"    {acc} acc = {acc}::init();",
+            "    #pragma unroll 4",
+            f"    for ({index} k = s * {chunk}; k < end; ++k) {{",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in pre),
+            f"      acc.update({value}, k);",
+            "    }",
+            f"    reinterpret_cast<{acc}*>(ws)[t] = acc;",
+            "  }",
+            "}",
+        ]
+        args2 = _Args(ir)
+        post, result = finish(args2, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        stage2 = [
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+            f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
+            f"r += ({index})gridDim.x * {block}) {{",
+            f"    const {acc}* part = reinterpret_cast<const {acc}*>(ws);",
+            f"    {acc} acc = part[r];",
+            f"    for (int s = 1; s < {splits}; ++s) acc.combine(part[s * {rows} + r]);",
+            *(f"    {line}" for line in post),
+            f"    out[r] = {result};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(stage1))
+        self.kernels.append("\n".join(stage2))
+        grid1 = max(1, min(math.ceil(total / block), _MAX_GRID))
+        grid2 = max(1, min(math.ceil(rows / block), _MAX_GRID))
+        return _two_stage_launch(g, kernel, out, args, args2, total, (grid1, block), (grid2, block))
+
+    def _column_tile_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        rows: int,
+        length: int,
+        slices: int,
+        lanes: int,
+        in_idx: str,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """One launch for a reduction whose outputs lie side by side and are too few to fill the
+        GPU with a thread each.
+
+        A block takes ``lanes`` adjacent outputs; its ``slices`` threads per output each reduce
+        one contiguous chunk of the reduced dim (loads coalesced across lanes, up to 8 in flight
+        per thread), then the chunks are combined in shared memory by a tree that merges
+        neighbouring chunks only, so the result is deterministic and keeps the first-index
+        tie and NaN rules of the arg reductions.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        out = ir.node(g.output)
+        block = slices * lanes
+        chunk = math.ceil(length / slices)
+        groups = math.ceil(rows / lanes)
+        batch = 8
+        ragged = length % chunk != 0 or chunk % batch != 0
+        inside = "k < ke" if ragged else "true"
+        args = _Args(ir)
+        pre, value = load_value(args, {})
+        post, result = finish(args, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        combine: list[str] = []
+        step = 1
+        while step < slices:
+            combine += [
+                f"    if ((y & {2 * step - 1}) == 0) sh[t].combine(sh[t + {step * lanes}]);",
+                "    __syncthreads();",
+            ]
+            step *= 2
+        src_lines = [
+            f"// {node.op} over {length} element(s) of {rows} output(s): {lanes} adjacent "
+            f"output(s) x {slices} chunk(s) of {chunk} a block, chunks merged in shared memory",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  __shared__ {acc} sh[{block}];",
+            "  const int t = threadIdx.x;",
+            f"  const int lane = t % {lanes}, y = t / {lanes};",
+            f"  const {index} kb = ({index})y * {chunk};",
+            f"  const {index} ke = min(kb + {chunk}, ({index}){length});",
+            f"  for ({index} grp = blockIdx.x; grp < {groups}; grp += gridDim.x) {{",
+            f"    const {index} r = grp * {lanes} + lane;",
+            f"    {acc} acc = {acc}::init();",
+            f"    if (r < {rows}) {{",
+            f"      for ({index} k0 = kb; k0 < ke; k0 += {batch}) {{",
+            f"        float x[{batch}];",
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {batch}; ++u) {{",
+            f"          const {index} k = k0 + u;",
+            f"          if ({inside}) {{",
+            f"            const {index} i = {in_idx};",
+            *(f"            {line}" for line in pre),
+            f"            x[u] = {value};",
+            "          }",
+            "        }",
+            "        #pragma unroll",
+            f"        for (int u = 0; u < {batch}; ++u) "
+            f"if ({inside.replace('k <', 'k0 + u <')}) acc.update(x[u], k0 + u);",
+            "      }",
+            "    }",
+            "    sh[t] = acc;",
+            "    __syncthreads();",
+            *combine,
+            f"    if (y == 0 && r < {rows}) {{",
+            "      acc = sh[t];",
+            *(f"      {line}" for line in post),
+            f"      out[r] = {result};",
+            "    }",
+            "    __syncthreads();",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(groups, _MAX_GRID))
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _row_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        """Reduction over contiguous rows (the last dims): float4 loads when every full-size
+        operand is 16-byte aligned and the length a multiple of 4 (``_v4`` kernel, scalar twin
+        chosen at run time otherwise), each thread issuing a batch of loads before it reduces
+        them, and a group of threads per row sized by ``_row_threads`` (several short rows a
+        warp, a block for long ones)."""
+        out = self.ir.node(g.output)
+        alloc = (
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
+        scalar_src, sargs, _, slaunch = self._row_reduction_variant(
+            g, kernel, rows, length, index, acc, load_value, finish, vec=False
+        )
+        self.kernels.append("\n".join(scalar_src))
+        py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
+        launch = f"KERNELS.{kernel}({slaunch[0]}, {slaunch[1]}, {py_args})"
+        if tun.vector_width != 4 or length % 4 or out.dtype != "float32":
+            return [alloc, launch]
+        vsrc, vargs, aligned, vlaunch = self._row_reduction_variant(
+            g, f"{kernel}_v4", rows, length, index, acc, load_value, finish, vec=True
+        )
+        if not aligned or vargs.refs != sargs.refs:
+            return [alloc, launch]
+        self.kernels.append("\n".join(vsrc))
+        return [
+            alloc,
+            f"if _aligned({', '.join(_py(r) for r in aligned)}):",
+            f"    KERNELS.{kernel}_v4({vlaunch[0]}, {vlaunch[1]}, {py_args})",
+            "else:",
+            f"    {launch}",
+        ]
+
+    def _row_reduction_variant(
+        self,
+        g: Group,
+        name: str,
+        rows: int,
+        length: int,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+        *,
+        vec: bool,
+    ) -> tuple[list[str], _Args, list[Ref], tuple[int, int]]:
+        """Source, arguments, float4 operands and ``(grid, block)`` of one ``_row_reduction``
+        kernel. A thread's units (float4 chunks or elements) are ``t + c * threads``; the loads
+        of a batch of units are all issued before the first is reduced."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        out = ir.node(g.output)
+        w = 4 if vec else 1
+        nu = length // w
+        threads = _row_threads(nu, rows)
+        batch = 4 if vec else 8
+        batches = math.ceil(math.ceil(nu / threads) / batch)
+        block = max(threads, 256) if threads <= 32 else threads
+        per_block = block // threads
+        args = _Args(ir, vector=vec)
+        pre, value = load_value(args, {})
+        post, result = finish(_Args(ir, refs=args.refs), "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
+        inside = f"u < {nu}" if nu % (threads * batch) else "true"
+        if vec:
+            bufs = [args.refs.index(r) for r in args.vec_refs]
+            used = [*pre, value]
+            k_decl = [f"const {index} k = u * 4 + l;"]
+            i_decl = [f"const {index} i = r * {length} + k;"] if any(
+                re.search(r"\bi\b", line) for line in used
+            ) else []
+            load = [
+                *(f"float4 a{q}b[{batch}];" for q in bufs),
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                *(
+                    f"    a{q}b[j] = reinterpret_cast<const float4*>(a{q})[r * {nu} + u];"
+                    for q in bufs
+                ),
+                "  }",
+                "}",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                *(f"    const float4 a{q}v = a{q}b[j];" for q in bufs),
+                "    #pragma unroll",
+                "    for (int l = 0; l < 4; ++l) {",
+                *(f"      {line}" for line in [*k_decl, *i_decl, *pre]),
+                f"      acc.update({value}, k);",
+                "    }",
+                "  }",
+                "}",
+            ]
+        else:
+            load = [
+                f"float x[{batch}];",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) {{",
+                f"    const {index} k = u;",
+                f"    const {index} i = r * {length} + k;",
+                *(f"    {line}" for line in pre),
+                f"    x[j] = {value};",
+                "  }",
+                "}",
+                "#pragma unroll",
+                f"for (int j = 0; j < {batch}; ++j) {{",
+                f"  {unit}",
+                f"  if ({inside}) acc.update(x[j], u);",
+                "}",
+            ]
+        if threads == 1:
+            reduce_line = ""
+        elif threads <= 32:
+            reduce_line = f"acc = sg_group_reduce<{threads}>(acc);"
+        else:
+            reduce_line = "acc = sg_block_reduce(acc);"
+        src_lines = [
+            f"// {node.op} over the last {length} element(s) of {rows} row(s): {threads} "
+            f"thread(s) a row, {batch} {'float4' if vec else 'scalar'} loads in flight a thread",
+            f'extern "C" __global__ __launch_bounds__({block}) void {name}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  const int t = threadIdx.x % {threads};",
+            f"  for ({index} rb = ({index})blockIdx.x * {per_block}; rb < {rows}; "
+            f"rb += ({index})gridDim.x * {per_block}) {{",
+            f"    const {index} r = rb + threadIdx.x / {threads};",
+            f"    {acc} acc = {acc}::init();",
+            f"    if (r < {rows}) {{",
+            f"      #pragma unroll {1 if batches > 2 else batches}",
+            f"      for (int b = 0; b < {batches}; ++b) {{",
+            *(f"        {line}" for line in load),
+            "      }",
+            "    }",
+            f"    {reduce_line}",
+            f"    if (t == 0 && r < {rows}) {{",
+            *(f"      {line}" for line in post),
+            f"      out[r] = {result};",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(rows / per_block), _MAX_GRID if threads <= 32 else 65535))
+        return src_lines, args, list(args.vec_refs), (grid, block)
+
+    def _split_reduction(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        in_idx: str,
+        index: str,
+        acc: str,
+        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
+        finish: Callable[[_Args, str], tuple[list[str], str]],
+    ) -> list[str]:
+        ir = self.ir
+        out = ir.node(g.output)
+        block = min(tun.block_size, 1024)
+        splits = max(2, min(1024, math.ceil(264 / rows), math.ceil(length / (block * 8))))
+        chunk = math.ceil(length / splits)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre, value = load_value(args, env)
+        stage1 = [
+            f"// stage 1 of a split reduction: {rows} row(s) x {splits} chunk(s) of {chunk}",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part('
+            f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
+            f"  const {index} r = blockIdx.x / {splits};",
+            f"  const {index} s = blockIdx.x % {splits};",
+            f"  const {index} end = min(({index})((s + 1) * {chunk}), ({index}){length});",
+            f"  {acc} acc = {acc}::init();",
+            f"  for ({index} k = s * {chunk} + threadIdx.x; k < end; k += {block}) {{",
+            f"    const {index} i = {in_idx};",
+            *(f"    {line}" for line in pre),
+            f"    acc.update({value}, k);",
+            "  }",
+            "  acc = sg_block_reduce(acc);",
+            f"  if (threadIdx.x == 0) reinterpret_cast<{acc}*>(ws)[blockIdx.x] = acc;",
+            "}",
+        ]
+        args2 = _Args(ir)
+        post, result = finish(args2, "acc")
+        otype = _CTYPE.get(out.dtype, "float")
+        block2 = 32 * min(8, max(1, math.ceil(splits / 32)))
+        stage2 = [
+            f'extern "C" __global__ __launch_bounds__({block2}) void {kernel}('
+            f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+            f"  const {index} r = blockIdx.x;",
+            f"  const {acc}* part = reinterpret_cast<const {acc}*>(ws) + r * {splits};",
+            f"  {acc} acc = {acc}::init();",
+            f"  for (int j = threadIdx.x; j < {splits}; j += {block2}) acc.combine(part[j]);",
+            "  acc = sg_block_reduce(acc);",
+            "  if (threadIdx.x == 0) {",
+            *(f"    {line}" for line in post),
+            f"    out[r] = {result};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(stage1))
+        self.kernels.append("\n".join(stage2))
+        return _two_stage_launch(
+            g, kernel, out, args, args2, rows * splits, (rows * splits, block), (rows, block2)
+        )

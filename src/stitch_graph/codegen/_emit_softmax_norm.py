@@ -1,0 +1,456 @@
+"""Softmax, log-softmax and layer/group/batch/instance/RMS norms: one row per block, held in
+registers when it fits (one read, one write), else a statistics pass then a write pass.
+
+``_SoftmaxNormEmitter`` is a mixin of ``emit._Emitter``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from stitch_graph.codegen._emit_base import (
+    _CTYPE,
+    _MAX_GRID,
+    _TORCH_DTYPE,
+    _Args,
+    _EmitterBase,
+    _literal,
+    _py,
+)
+from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
+from stitch_graph.codegen.tuning import KernelTuning
+
+
+class _SoftmaxNormEmitter(_EmitterBase):
+    """Row-wise softmax and normalisation kernels (``row_op``)."""
+
+    # ---- softmax and normalisations ------------------------------------------------------------
+    def _row_cached(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        rows: int,
+        length: int,
+        offset: str,
+        affine_idx: str,
+        eps: Any,
+        index: str,
+    ) -> list[str] | None:
+        """Softmax/norm kernel that keeps each row in registers: one global read, one write.
+
+        A warp (short rows) or a block of up to 1024 threads (long rows) owns a row; each thread
+        holds its ``vpt`` values in ``float v[vpt]`` (element ``t + c * threads``, or float4 chunk
+        ``t + c * threads`` when the row is contiguous and its length a multiple of 4: ``_v4``
+        kernel, scalar twin chosen at run time when an operand is not 16-byte aligned).
+        Statistics come from the registers: max, then sum of ``exp(v - max)`` for softmax; exact
+        mean, then sum of squared deviations for the norms; sum of squares for RMS. Slots beyond
+        the row end are never loaded, reduced or stored. Knobs: ``rows_per_block`` > 1 / == 1
+        force a warp / a block per row, ``vector_width`` 1 the scalar kernel alone, ``block_size``
+        the rows per block (warp) or the threads per row (block; raised until ``vpt`` <= 16, at
+        most to 512). Returns ``None`` (two-pass kernel instead) when ``vpt`` would exceed the
+        register budget: 32 values a thread up to 512 threads a block, 16 at 1024 (32 for float4
+        softmax rows, which need few other registers: a 32000-class row read once).
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        op = node.op
+        src: Ref = node.args["input"]
+        shape = ir.shapes[src]
+        out = ir.node(g.output)
+        if numel(out.shape) != numel(shape) or length < 1:
+            return None
+        if tun.rows_per_block > 1:
+            mode = "warp"
+        elif tun.rows_per_block == 1:
+            mode = "block"
+        else:
+            mode = "warp" if length <= 1024 else "block"
+        vector = (
+            tun.vector_width == 4
+            and offset == f"r * {length} + k"
+            and length % 4 == 0
+            and out.dtype == "float32"
+        )
+
+        def vpt(threads: int) -> int:  # registers per thread for the row (float4: whole chunks)
+            return 4 * math.ceil(length / 4 / threads) if vector else math.ceil(length / threads)
+
+        # softmax rows in float4 reading one tensor need few registers besides v[] (49 at 1024
+        # threads x 32 values; a second tensor read in the write pass spills)
+        members = {node.name, *g.prologue, *g.epilogue}
+        read = {
+            ref
+            for m in members
+            for ref in ir.node(m).tensor_refs()
+            if ref.kind != "node" or ref.name not in members
+        }
+        wide = (
+            vector and op in ("softmax", "log_softmax") and tun.rows_per_block == 0 and len(read) == 1
+        )
+
+        def budget(block: int) -> int:  # ptxas gives 255 registers a thread up to 256 threads,
+            if block <= 512 or wide:  # 128 at 512, 64 at 1024: keep v[] well below
+                return 32
+            return 16
+
+        block = min(tun.block_size, 1024)
+        if mode == "warp":
+            threads = 32
+            if vpt(threads) > budget(block):
+                block = min(block, 512)  # fewer rows per block rather than spilling
+        else:
+            threads = block  # at most 16 a thread up to 512 threads, then 32; 1024 only if asked
+            while threads < 512 and vpt(threads) > 16:
+                threads = min(512, threads * 2)
+            if wide and vpt(threads) > budget(threads):
+                threads = 1024  # one read instead of a statistics pass and a second read
+            block = threads
+        if vpt(threads) > budget(block):
+            return None
+        reduce_fn = "sg_warp_reduce" if mode == "warp" else "sg_block_reduce"
+        weight, bias = node.args.get("weight"), node.args.get("bias")
+        # the scheduler gives prologue values one reader; re-evaluate them if the epilogue reads any
+        prologue = set(g.prologue)
+        needs_prologue = any(
+            ref.kind == "node" and ref.name in prologue
+            for m in g.epilogue
+            for ref in ir.node(m).tensor_refs()
+        )
+        otype = _CTYPE.get(out.dtype, "float")
+        if op == "rms_norm":
+            eps_lit = _literal(eps)
+        elif op not in ("softmax", "log_softmax"):
+            eps_lit = _literal(eps or 1e-5)
+
+        def uses(name: str, decl: str, lines: list[str]) -> list[str]:
+            """``[decl]`` when a line reads the variable ``name``, else nothing."""
+            return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
+
+        def affine_vector(ref: Any) -> bool:
+            if not isinstance(ref, Ref) or affine_idx != "k":
+                return False
+            rshape = tuple(ir.shapes[ref])
+            return (
+                ir.dtypes.get(ref, "float32") == "float32"
+                and numel(rshape) == length
+                and tuple(ir.strides.get(ref, contiguous_strides(rshape)))
+                == contiguous_strides(rshape)
+            )
+
+        def variant(vec: bool) -> tuple[list[str], _Args, list[Ref]]:
+            w = 4 if vec else 1
+            nu = length // w  # elements or float4 chunks per row
+            nv = math.ceil(nu / threads)  # per thread
+            full = nu // threads  # chunks c < full are in the row for every thread
+            ok = "" if nu % threads == 0 else (f"c < {full} || u < {nu}" if full else f"u < {nu}")
+            s = "v[c * 4 + l]" if vec else "v[c]"
+            args = _Args(ir)
+            load_args = _Args(ir, refs=args.refs, vector=vec)
+            write_args = _Args(ir, refs=args.refs, vector=vec)
+
+            def slots(
+                body: list[str], head: list[str] | None = None, tail: list[str] | None = None
+            ) -> list[str]:
+                """Loop over this thread's slots of the row (unrolled; tail slots guarded)."""
+                inner = list(head or [])
+                if vec:
+                    inner += ["#pragma unroll", "for (int l = 0; l < 4; ++l) {"]
+                    inner += [f"  {b}" for b in body] + ["}"]
+                else:
+                    inner += body
+                inner += tail or []
+                lines = ["#pragma unroll", f"for (int c = 0; c < {nv}; ++c) {{"]
+                if ok or head:
+                    lines.append(f"  const int u = t + c * {threads};")
+                if ok:
+                    lines += [f"  if ({ok}) {{", *(f"    {x}" for x in inner), "  }"]
+                else:
+                    lines += [f"  {x}" for x in inner]
+                return [*lines, "}"]
+
+            def vec_loads(refs: list[Ref], at: str) -> list[str]:
+                return [
+                    f"const float4 a{args.refs.index(r)}v = "
+                    f"reinterpret_cast<const float4*>(a{args.refs.index(r)})[{at}];"
+                    for r in refs
+                ]
+
+            # load pass: prologue on load, one read per element
+            env: dict[str, str] = {}
+            pre = self.exprs(g.prologue, shape, "i", env, load_args)
+            value = self.value_of(src, shape, "i", env, load_args)
+            if vec:
+                i_decl = uses("i", f"const {index} i = j * 4 + l;", [*pre, value])
+                load = slots(
+                    [*i_decl, *pre, f"{s} = {value};"],
+                    [f"const {index} j = r * {nu} + u;", *vec_loads(load_args.vec_refs, "j")],
+                )
+            else:
+                load = slots(
+                    [*pre, f"{s} = {value};"],
+                    [f"const {index} k = u;", f"const {index} i = {offset};"],
+                )
+
+            # statistics from the registers
+            def reduce(name: str, body: list[str]) -> list[str]:
+                acc = "SgMax" if name == "mx" else "SgSum"
+                return [
+                    f"{acc} {name} = {acc}::init();",
+                    *slots(body),
+                    f"{name} = {reduce_fn}({name});",
+                ]
+
+            if op in ("softmax", "log_softmax"):
+                stats = reduce("mx", [f"mx.update({s}, 0);"])
+                if op == "softmax":
+                    stats += reduce("sm", [f"{s} = expf({s} - mx.m);", f"sm.s += {s};"])
+                    stats.append("const float inv = 1.f / sm.s;")
+                    y = f"{s} * inv"
+                else:
+                    stats += reduce("sm", [f"sm.s += expf({s} - mx.m);"])
+                    stats.append("const float lse = mx.m + logf(sm.s);")
+                    y = f"{s} - lse"
+            elif op == "rms_norm":
+                stats = reduce("sm", [f"sm.s += {s} * {s};"])
+                stats.append(f"const float scale = rsqrtf(sm.s / {float(length)!r}f + {eps_lit});")
+                y = f"{s} * scale"
+            else:
+                stats = reduce("sm", [f"sm.s += {s};"])
+                stats.append(f"const float mean = sm.s / {float(length)!r}f;")
+                stats += reduce("sq", [f"const float d = {s} - mean;", "sq.s += d * d;"])
+                stats.append(f"const float rstd = rsqrtf(sq.s / {float(length)!r}f + {eps_lit});")
+                y = f"({s} - mean) * rstd"
+
+            # write pass from the registers: affine, epilogue, one write per element
+            affine_vec: list[Ref] = []
+            uses_k = False
+            for ref, sign in ((weight, "*"), (bias, "+")):
+                if not isinstance(ref, Ref):
+                    continue
+                name = write_args.param(ref)
+                if vec and affine_vector(ref):
+                    affine_vec.append(ref)
+                    y = f"({y}) {sign} (&{name}w.x)[l]"
+                else:
+                    uses_k = uses_k or "k" in affine_idx
+                    y = f"({y}) {sign} {name}[{affine_idx}]"
+            env2: dict[str, str] = {}
+            pre2 = self.exprs(g.prologue, shape, "i", env2, write_args) if needs_prologue else []
+            env2[node.name] = f"v_{node.name}"
+            post = [f"const float v_{node.name} = {y};"]
+            post += self.exprs(g.epilogue, shape, "i", env2, write_args)
+            result = env2[out.name]
+            if vec:
+                head = [
+                    f"const {index} j = r * {nu} + u;",
+                    *vec_loads(write_args.vec_refs, "j"),
+                    *(
+                        f"const float4 a{args.refs.index(r)}w = "
+                        f"reinterpret_cast<const float4*>(a{args.refs.index(r)})[u];"
+                        for r in affine_vec
+                    ),
+                    f"{otype} o[4];",
+                ]
+                body = [f"const {index} k = u * 4 + l;"] if uses_k else []
+                body += uses("i", f"const {index} i = j * 4 + l;", [*pre2, *post])
+                body += [*pre2, *post, f"o[l] = {result};"]
+                tail = ["reinterpret_cast<float4*>(out)[j] = make_float4(o[0], o[1], o[2], o[3]);"]
+                write = slots(body, head, tail)
+            else:
+                write = slots(
+                    [*pre2, *post, f"out[i] = {result};"],
+                    [f"const {index} k = u;", f"const {index} i = {offset};"],
+                )
+
+            if mode == "warp":
+                warps = block // 32
+                tid = "threadIdx.x & 31"
+                row_loop = (
+                    f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); "
+                    f"r < {rows}; r += ({index})gridDim.x * {warps})"
+                )
+            else:
+                tid = "threadIdx.x"
+                row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+            name = f"{kernel}_v4" if vec else kernel
+            src_lines = [
+                f"// {op}: {rows} row(s) of {length}, {mode} per row; the row stays in registers "
+                f"({nv * w} per thread{', float4' if vec else ''}): one read, one write",
+                f'extern "C" __global__ __launch_bounds__({block}) void {name}('
+                f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+                f"  const int t = {tid};",
+                f"  {row_loop} {{",
+                f"    float v[{nv * w}] = {{}};  // slots past the row end stay 0, never read",
+                *(f"    {line}" for line in [*load, *stats, *write]),
+                "  }",
+                "}",
+            ]
+            aligned: list[Ref] = []
+            for ref in [*load_args.vec_refs, *write_args.vec_refs, *affine_vec]:
+                if ref not in aligned:
+                    aligned.append(ref)
+            return src_lines, args, aligned
+
+        if mode == "warp":
+            grid = max(1, min(math.ceil(rows / (block // 32)), _MAX_GRID))
+        else:
+            grid = max(1, min(rows, 65535))
+        scalar_src, sargs, _ = variant(False)
+        self.kernels.append("\n".join(scalar_src))
+        py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
+        alloc = (
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
+        launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
+        if not vector:
+            return [alloc, launch]
+        vsrc, vargs, aligned = variant(True)
+        if vargs.refs != sargs.refs:
+            return [alloc, launch]
+        self.kernels.append("\n".join(vsrc))
+        return [
+            alloc,
+            f"if _aligned({', '.join([*(_py(r) for r in aligned), out.name])}):",
+            f"    KERNELS.{kernel}_v4({grid}, {block}, {py_args})",
+            "else:",
+            f"    {launch}",
+        ]
+
+    def row_op(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        src: Ref = node.args["input"]
+        shape = ir.shapes[src]
+        out = ir.node(g.output)
+        big = numel(shape) >= 2**31
+        index = "long long" if big else "int"
+        op = node.op
+        affine_idx = "k"
+        eps = node.args.get("eps")
+        if op in ("softmax", "log_softmax"):
+            outer, length, inner = row_layout(shape, [int(node.args["dim"])]) or (1, 1, 1)
+            rows = outer * inner
+            offset = (
+                f"(r / {inner}) * {length * inner} + k * {inner} + r % {inner}"
+                if inner > 1
+                else f"r * {length} + k"
+            )
+        elif op in ("layer_norm", "rms_norm"):
+            normalized = node.args["normalized_shape"]
+            count = len(normalized) if isinstance(normalized, list | tuple) else 1
+            length = numel(shape[len(shape) - count :])
+            rows = numel(shape) // length
+            offset = f"r * {length} + k"
+            if op == "rms_norm" and eps is None:
+                eps = 1.1920928955078125e-07
+        else:
+            n, c = shape[0], shape[1]
+            hw = numel(shape[2:])
+            if op == "group_norm":
+                groups = int(node.args["num_groups"])
+                rows, length = n * groups, (c // groups) * hw
+                offset = f"r * {length} + k"
+                affine_idx = f"(r % {groups}) * {c // groups} + k / {hw}"
+            elif op == "instance_norm":
+                rows, length = n * c, hw
+                offset = f"r * {length} + k"
+                affine_idx = f"r % {c}"
+            else:  # batch_norm with batch statistics
+                rows, length = c, n * hw
+                offset = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}"
+                affine_idx = "r"
+        cached = self._row_cached(g, kernel, tun, rows, length, offset, affine_idx, eps, index)
+        if cached is not None:
+            return cached
+        # rows too long for registers: statistics pass, then a write pass that reads the row again
+        acc = {"softmax": "SgLse", "log_softmax": "SgLse", "rms_norm": "SgSum"}.get(op, "SgWelford")
+        if tun.rows_per_block > 1:
+            mode = "warp"
+        elif tun.rows_per_block == 1:
+            mode = "block"
+        else:
+            mode = "warp" if length <= 1024 else "block"
+        block = min(tun.block_size, 1024)
+        if tun.rows_per_block == 0 and mode == "block":
+            # rows get here when too long for registers: few per SM, so use more threads per row
+            # (H200, 256 rows of 32K: 0.08 ms at 256 threads, 0.03 ms at 1024)
+            block = min(4 * tun.block_size, 1024)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre = self.exprs(g.prologue, shape, "i", env, args)
+        value = self.value_of(src, shape, "i", env, args)
+        update = (
+            f"acc.update({value} * {value}, k);"
+            if op == "rms_norm"
+            else (f"acc.update({value}, k);")
+        )
+        stats: list[str]
+        if op == "softmax":
+            stats = ["const float inv = 1.f / acc.s;"]
+            y = f"expf({value} - acc.m) * inv"
+        elif op == "log_softmax":
+            stats = ["const float lse = acc.m + logf(acc.s);"]
+            y = f"{value} - lse"
+        elif op == "rms_norm":
+            stats = [f"const float scale = rsqrtf(acc.s / {float(length)!r}f + {_literal(eps)});"]
+            y = f"{value} * scale"
+        else:
+            stats = [
+                "const float mean = acc.mean;",
+                f"const float rstd = rsqrtf(acc.m2 / acc.n + {_literal(eps or 1e-5)});",
+            ]
+            y = f"({value} - mean) * rstd"
+        weight, bias = node.args.get("weight"), node.args.get("bias")
+        if isinstance(weight, Ref):
+            y = f"({y}) * {args.param(weight)}[{affine_idx}]"
+        if isinstance(bias, Ref):
+            y = f"({y}) + {args.param(bias)}[{affine_idx}]"
+        env2 = dict(env)  # the write pass re-evaluates the prologue under the same names
+        pre2 = pre
+        env2[node.name] = f"v_{node.name}"
+        post = [f"const float v_{node.name} = {y};"]
+        post += self.exprs(g.epilogue, shape, "i", env2, args)
+        result = env2[out.name]
+        if mode == "warp":
+            warps = block // 32
+            row_loop = (
+                f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
+                f"r += ({index})gridDim.x * {warps})"
+            )
+            k_start, k_step, reduce_line = "threadIdx.x & 31", "32", "acc = sg_warp_reduce(acc);"
+            grid = max(1, min(math.ceil(rows / warps), _MAX_GRID))
+        else:
+            row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+            k_start, k_step, reduce_line = "threadIdx.x", str(block), "acc = sg_block_reduce(acc);"
+            grid = max(1, min(rows, 65535))
+        unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
+        otype = _CTYPE.get(out.dtype, "float")
+        src_lines = [
+            f"// {op}: {rows} row(s) of {length}, {mode} per row; statistics pass, then write pass",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  {row_loop} {{",
+            f"    {acc} acc = {acc}::init();",
+            f"    {unroll}",
+            f"    for ({index} k = {k_start}; k < {length}; k += {k_step}) {{",
+            f"      const {index} i = {offset};",
+            *(f"      {line}" for line in pre),
+            f"      {update}",
+            "    }",
+            f"    {reduce_line}",
+            *(f"    {line}" for line in stats),
+            f"    {unroll}",
+            f"    for ({index} k = {k_start}; k < {length}; k += {k_step}) {{",
+            f"      const {index} i = {offset};",
+            *(f"      {line}" for line in pre2),
+            *(f"      {line}" for line in post),
+            f"      out[i] = {result};",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
