@@ -84,8 +84,9 @@ def _col2im_elems(geo: _ConvGeom) -> int:
     return geo.cout * geo.kd * geo.kh * geo.kw * geo.d * geo.h * geo.w
 
 
-def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
-    """Whether a groups=1 transposed convolution takes the SGEMM + col2im path."""
+def _plain_operands(ir: ProgramIR, node: OpNode, g: Group) -> bool:
+    """What every library or GEMM path needs: FP32 operands, a contiguous input and weight that
+    the call reads as they are (no fused prologue in front of the convolution)."""
     x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
     refs = [x, w, *([b] if isinstance(b, Ref) else [])]
     return (
@@ -94,6 +95,13 @@ def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeo
         and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
         and ir.is_contiguous(x)
         and ir.is_contiguous(w)
+    )
+
+
+def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
+    """Whether a groups=1 transposed convolution takes the SGEMM + col2im path."""
+    return (
+        _plain_operands(ir, node, g)
         and geo.cin >= _CONV_GEMM_MIN_K
         and _col2im_elems(geo) * 4 <= _CONV_SCRATCH_MAX
     )
@@ -102,8 +110,6 @@ def _conv_transpose_gemm_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeo
 def _conv_library_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> bool:
     """Whether cuDNN can run the convolution as captured: FP32, contiguous, output shape as the
     stride/padding/dilation give it (a transposed one within its output padding)."""
-    x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
-    refs = [x, w, *([b] if isinstance(b, Ref) else [])]
     dims = [
         (geo.d, geo.od, geo.kd, geo.sd, geo.pd, geo.dd),
         (geo.h, geo.oh, geo.kh, geo.sh, geo.ph, geo.dh),
@@ -116,14 +122,7 @@ def _conv_library_ok(ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom) -> b
         )
     else:
         shapes_ok = all(o == (i + 2 * p - dl * (k - 1) - 1) // s + 1 for i, o, k, s, p, dl in dims)
-    return (
-        not g.prologue
-        and shapes_ok
-        and node.dtype == "float32"
-        and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
-        and ir.is_contiguous(x)
-        and ir.is_contiguous(w)
-    )
+    return shapes_ok and _plain_operands(ir, node, g)
 
 
 def _conv_transpose_as_conv(geo: _ConvGeom) -> _ConvGeom | None:
@@ -149,14 +148,8 @@ def _conv_gemm_ok(
     ir: ProgramIR, node: OpNode, g: Group, geo: _ConvGeom, groups: int = 1
 ) -> bool:
     """Whether a convolution takes the im2col + cuBLAS path (one SGEMM per group)."""
-    x, w, b = node.args["input"], node.args["weight"], node.args.get("bias")
-    refs = [x, w, *([b] if isinstance(b, Ref) else [])]
     return (
-        not g.prologue
-        and node.dtype == "float32"
-        and all(ir.dtypes.get(r, "float32") == "float32" for r in refs)
-        and ir.is_contiguous(x)
-        and ir.is_contiguous(w)
+        _plain_operands(ir, node, g)
         and geo.k // groups >= _CONV_GEMM_MIN_K
         and (groups == 1 or geo.cout // groups >= _CONV_GEMM_MIN_K)
         and (geo.pointwise or geo.k * geo.p * 4 <= _CONV_SCRATCH_MAX)
