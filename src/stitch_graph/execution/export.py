@@ -7,7 +7,8 @@ source, the host module and a copy of the small runtime (``runtime/kernels.py`` 
 -shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
 ``KERNELS``/``LIB`` injected, exactly as the worker does. KernelBench builds ``Model`` and
 ``ModelNew`` after the same seed and expects equal initial weights, so the exported ``ModelNew``
-copies them from a reference built with the same RNG draws (its forward never touches it). Building lazily lets the file be imported (and inspected) where no GPU is present.
+copies them from a reference built with the same RNG draws (its forward never touches it).
+Building lazily lets the file be imported (and inspected) where no GPU is present.
 """
 
 from __future__ import annotations
