@@ -96,6 +96,19 @@ class _Args:
         return ", ".join(params + extra)
 
 
+def _aligned_launch(
+    aligned: list[str], kernel: str, launch: tuple[int, int], py_args: str, scalar_launch: str
+) -> list[str]:
+    """Host lines choosing at run time: ``<kernel>_v4`` (float4) when every tensor named in
+    ``aligned`` starts on a 16-byte boundary, else the scalar twin's ``scalar_launch``."""
+    return [
+        f"if _aligned({', '.join(aligned)}):",
+        f"    KERNELS.{kernel}_v4({launch[0]}, {launch[1]}, {py_args})",
+        "else:",
+        f"    {scalar_launch}",
+    ]
+
+
 def _py(ref: Ref) -> str:
     if ref.kind == "param":
         return f"_get(self, {ref.name!r})"
@@ -388,14 +401,8 @@ class _EmitterBase:
         ]
         self.kernels.append("\n".join(vsrc))
         vgrid = max(1, min(math.ceil(n4 / block), _MAX_GRID))
-        aligned = ", ".join([*(_py(r) for r in vargs.vec_refs), out.name])
-        return [
-            alloc,
-            f"if _aligned({aligned}):",
-            f"    KERNELS.{kernel}_v4({vgrid}, {block}, {py_args})",
-            "else:",
-            f"    {scalar_launch}",
-        ]
+        aligned = [*(_py(r) for r in vargs.vec_refs), out.name]
+        return [alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
 
     def _add_kernel(
         self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode

@@ -18,6 +18,7 @@ from stitch_graph.codegen._emit_base import (
     _MAX_GRID,
     _TORCH_DTYPE,
     EmitError,
+    _aligned_launch,
     _Args,
     _EmitterBase,
     _py,
@@ -447,13 +448,8 @@ class _ReduceEmitter(_EmitterBase):
         if not aligned or vargs.refs != sargs.refs:
             return [alloc, launch]
         self.kernels.append("\n".join(vsrc))
-        return [
-            alloc,
-            f"if _aligned({', '.join(_py(r) for r in aligned)}):",
-            f"    KERNELS.{kernel}_v4({vlaunch[0]}, {vlaunch[1]}, {py_args})",
-            "else:",
-            f"    {launch}",
-        ]
+        names = [_py(r) for r in aligned]
+        return [alloc, *_aligned_launch(names, kernel, vlaunch, py_args, launch)]
 
     def _row_reduction_variant(
         self,

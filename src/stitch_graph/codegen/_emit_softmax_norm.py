@@ -14,6 +14,7 @@ from stitch_graph.codegen._emit_base import (
     _CTYPE,
     _MAX_GRID,
     _TORCH_DTYPE,
+    _aligned_launch,
     _Args,
     _EmitterBase,
     _literal,
@@ -21,6 +22,15 @@ from stitch_graph.codegen._emit_base import (
 )
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
+
+
+def _row_mode(tun: KernelTuning, length: int) -> str:
+    """A warp or a block per row: the tuning's choice, else a warp for rows up to 1024."""
+    if tun.rows_per_block > 1:
+        return "warp"
+    if tun.rows_per_block == 1:
+        return "block"
+    return "warp" if length <= 1024 else "block"
 
 
 class _SoftmaxNormEmitter(_EmitterBase):
@@ -62,12 +72,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         out = ir.node(g.output)
         if numel(out.shape) != numel(shape) or length < 1:
             return None
-        if tun.rows_per_block > 1:
-            mode = "warp"
-        elif tun.rows_per_block == 1:
-            mode = "block"
-        else:
-            mode = "warp" if length <= 1024 else "block"
+        mode = _row_mode(tun, length)
         vector = (
             tun.vector_width == 4
             and offset == f"r * {length} + k"
@@ -312,13 +317,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
         if vargs.refs != sargs.refs:
             return [alloc, launch]
         self.kernels.append("\n".join(vsrc))
-        return [
-            alloc,
-            f"if _aligned({', '.join([*(_py(r) for r in aligned), out.name])}):",
-            f"    KERNELS.{kernel}_v4({grid}, {block}, {py_args})",
-            "else:",
-            f"    {launch}",
-        ]
+        names = [*(_py(r) for r in aligned), out.name]
+        return [alloc, *_aligned_launch(names, kernel, (grid, block), py_args, launch)]
 
     def row_op(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
@@ -368,12 +368,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
             return cached
         # rows too long for registers: statistics pass, then a write pass that reads the row again
         acc = {"softmax": "SgLse", "log_softmax": "SgLse", "rms_norm": "SgSum"}.get(op, "SgWelford")
-        if tun.rows_per_block > 1:
-            mode = "warp"
-        elif tun.rows_per_block == 1:
-            mode = "block"
-        else:
-            mode = "warp" if length <= 1024 else "block"
+        mode = _row_mode(tun, length)
         block = min(tun.block_size, 1024)
         if tun.rows_per_block == 0 and mode == "block":
             # rows get here when too long for registers: few per SM, so use more threads per row
