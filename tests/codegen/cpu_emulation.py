@@ -267,6 +267,20 @@ def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):  # no
 
 
 
+def load_on_cpu(
+    task: Any, cand: Any, workdir: Path, *, cooperative: bool = False
+) -> tuple[CpuKernels, dict[str, Any], dict[str, Any]]:
+    """The generated program's kernels built for the CPU, its host module's namespace (with
+    ``_sgemm`` emulated) and the reference's namespace, both executed."""
+    kernels = CpuKernels(cand.kernel_source, workdir, cooperative=cooperative)
+    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
+    exec(compile(cand.host_source, "<candidate>", "exec"), host)
+    host["_sgemm"] = sgemm_cpu
+    ns: dict[str, Any] = {"__name__": "reference"}
+    exec(compile(task.source, "<reference>", "exec"), ns)
+    return kernels, host, ns
+
+
 def check_on_cpu(
     task: Any,
     cand: Any,
@@ -283,12 +297,7 @@ def check_on_cpu(
     epilogue. ``_sgemm`` is replaced by :func:`sgemm_cpu`. Returns the kernels (what was
     launched is in ``kernels.launched``).
     """
-    kernels = CpuKernels(cand.kernel_source, workdir, cooperative=cooperative)
-    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
-    exec(compile(cand.host_source, "<candidate>", "exec"), host)
-    host["_sgemm"] = sgemm_cpu
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
+    kernels, host, ns = load_on_cpu(task, cand, workdir, cooperative=cooperative)
     torch.manual_seed(0)
     reference = ns["Model"](*ns["get_init_inputs"]()).eval()
     state = reference.state_dict()

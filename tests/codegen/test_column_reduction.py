@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from cpu_emulation import CpuKernels
+from cpu_emulation import load_on_cpu
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen._emit_reduce import _column_splits, _column_tile
@@ -54,11 +54,7 @@ def run_problem(
     assert not check_candidate(program, reference_source=task.source).rejected
     if find_nvcc() is not None:
         assert nvcc_compile(program.kernel_source).ok
-    kernels = CpuKernels(program.kernel_source, tmp_path, cooperative=True)
-    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
-    exec(compile(program.host_source, "<candidate>", "exec"), host)
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
+    _, host, ns = load_on_cpu(task, program, tmp_path, cooperative=True)
     torch.manual_seed(0)
     x = ns["get_inputs"]()[0]
     for at, value in poison or []:

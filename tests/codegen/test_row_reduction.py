@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from cpu_emulation import CpuKernels
+from cpu_emulation import load_on_cpu
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen._emit_reduce import _row_threads
@@ -54,11 +54,7 @@ def _generate(expr: str, shape: str, wshape: str = "1") -> tuple[Any, Any]:
 
 def _run(task: Any, program: Any, tmp_path: Path, shift: int = 0, poison: list | None = None):
     """Reference and generated results; ``shift`` elements of offset make ``x`` misaligned."""
-    kernels = CpuKernels(program.kernel_source, tmp_path, cooperative=True)
-    host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
-    exec(compile(program.host_source, "<candidate>", "exec"), host)
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
+    kernels, host, ns = load_on_cpu(task, program, tmp_path, cooperative=True)
     torch.manual_seed(0)
     x, w = ns["get_inputs"]()
     if shift:
