@@ -31,3 +31,38 @@ def test_geomean_ignores_missing_values():
     bench = load()
     assert math.isclose(bench.geomean([2.0, 8.0, None]), 4.0)
     assert bench.geomean([None]) is None
+
+
+def test_shards_split_the_suite_without_overlap():
+    bench = load()
+    paths = [Path(f"p{i}.py") for i in range(5)]
+    parts = [bench.select_shard(paths, f"{k}/2") for k in range(2)]
+    assert parts == [paths[0::2], paths[1::2]]
+    assert bench.select_shard(paths, None) == paths
+    for bad in ("2/2", "x/2", "1"):
+        try:
+            bench.select_shard(paths, bad)
+        except SystemExit as exc:
+            assert "--shard" in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_merged_table_has_named_group_means(tmp_path, capsys):
+    bench = load()
+    for name, rows in {
+        "a.json": [{"problem": "s/norm/x.py", "outcome": "verified", "vs_eager": 2.0,
+                    "vs_compile": 1.0}],
+        "b.json": [{"problem": "s/softmax/y.py", "outcome": "verified", "vs_eager": 8.0,
+                    "vs_compile": 4.0},
+                   {"problem": "s/gemm/z.py", "outcome": "verified", "vs_eager": 1.0,
+                    "vs_compile": 1.0}],
+    }.items():
+        (tmp_path / name).write_text(json.dumps({"machine": "H200", "rows": rows}))
+    assert bench.main(["ignored", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                       "--group", "fusion=norm,softmax"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# H200"
+    assert [line.split()[0] for line in lines[2:5]] == ["gemm/z", "norm/x", "softmax/y"]
+    fusion = next(line.split() for line in lines if line.startswith("fusion"))
+    assert fusion[1:3] == ["2", "2"] and fusion[4:6] == ["4.00", "2.00"]

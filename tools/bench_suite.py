@@ -8,6 +8,11 @@ the rule-based agents run.
     python tools/bench_suite.py problems --out results/suite.json [--max-rounds 6] [--only gemm]
         [--warm-compile 8]
 
+``--shard K/N`` runs every N-th problem starting at the K-th (0-based), so that N GPUs can share
+a sweep (one process per GPU, each with its own ``--out``); ``--merge A.json B.json ...`` then
+prints one table over their rows without running anything. ``--group NAME=FOLDER,FOLDER`` adds a
+geometric-mean line over several folders (for instance the fusion problems).
+
 ``--warm-compile N`` first compiles every selected reference with ``torch.compile`` in N parallel
 processes, into the Inductor cache the reference workers use, so that the sequential sweep does
 not spend most of its time compiling (the timings themselves are unaffected: the same kernels are
@@ -134,8 +139,43 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def print_table(rows: list[dict], header: str) -> None:
-    """Rows side by side, then geometric means per folder and overall."""
+def select_shard(paths: list[Path], shard: str | None) -> list[Path]:
+    """The K-th of N interleaved parts of ``paths`` for ``shard`` written "K/N" (all when None)."""
+    if shard is None:
+        return paths
+    try:
+        k, n = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {shard!r}: write it as K/N, for instance 0/2") from None
+    if not 0 <= k < n:
+        raise SystemExit(f"--shard {shard!r}: K must be at least 0 and below N")
+    return paths[k::n]
+
+
+def merged_rows(files: list[Path]) -> tuple[list[dict], str]:
+    """The rows of several ``--out`` files, sorted by problem, and the machines they name."""
+    rows, machines = [], []
+    for file in files:
+        data = json.loads(file.read_text())
+        rows.extend(data.get("rows", []))
+        if data.get("machine") not in machines:
+            machines.append(data.get("machine"))
+    return sorted(rows, key=lambda r: r["problem"]), " | ".join(map(str, machines))
+
+
+def parse_groups(specs: list[str] | None) -> dict[str, list[str]]:
+    """``NAME=FOLDER,FOLDER`` options as a mapping from name to folders."""
+    groups = {}
+    for spec in specs or []:
+        name, sep, folders = spec.partition("=")
+        if not sep or not name or not folders:
+            raise SystemExit(f"--group {spec!r}: write it as NAME=FOLDER,FOLDER")
+        groups[name] = folders.split(",")
+    return groups
+
+
+def print_table(rows: list[dict], header: str, extra_groups: dict | None = None) -> None:
+    """Rows side by side, then geometric means per folder, per named group and overall."""
     print(f"# {header}")
     print(
         f"{'problem':48} {'outcome':14} {'ok':3} {'eager ms':>9} {'compile ms':>10} "
@@ -158,6 +198,8 @@ def print_table(rows: list[dict], header: str) -> None:
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(Path(r["problem"]).parent.name, []).append(r)
+    for name, folders in (extra_groups or {}).items():
+        groups[name] = [r for r in rows if Path(r["problem"]).parent.name in folders]
     groups["ALL"] = rows
     print(
         f"\n{'group':12} {'problems':>8} {'verified':>8} {'partial':>7} {'gm vs eager':>11} "
@@ -194,10 +236,25 @@ def main(argv: list[str] | None = None) -> int:
         "--warm-compile", type=int, default=0, metavar="N",
         help="compile the references in N parallel processes first (see above)",
     )
+    parser.add_argument("--shard", metavar="K/N", help="run only the K-th of N interleaved parts")
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, metavar="JSON",
+        help="print one table over these --out files and run nothing (root is ignored)",
+    )
+    parser.add_argument(
+        "--group", action="append", metavar="NAME=FOLDER,FOLDER",
+        help="also print the geometric means over these folders together (repeatable)",
+    )
     args = parser.parse_args(argv)
+    groups = parse_groups(args.group)
+    if args.merge:
+        rows, header = merged_rows(args.merge)
+        print_table(rows, header, groups)
+        return 0
     paths = sorted(p for p in args.root.rglob("*.py") if not p.name.startswith("_"))
     if args.only:
         paths = [p for p in paths if any(part in str(p) for part in args.only)]
+    paths = select_shard(paths, args.shard)
     ctx = StitchContext(
         planner_model=args.model,
         coder_model=args.model,
@@ -219,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(
                 json.dumps({"machine": machine(), "rows": rows}, indent=1, default=str)
             )
-    print_table(rows, machine())
+    print_table(rows, machine(), groups)
     return 0
 
 
