@@ -66,3 +66,21 @@ def test_merged_table_has_named_group_means(tmp_path, capsys):
     assert [line.split()[0] for line in lines[2:5]] == ["gemm/z", "norm/x", "softmax/y"]
     fusion = next(line.split() for line in lines if line.startswith("fusion"))
     assert fusion[1:3] == ["2", "2"] and fusion[4:6] == ["4.00", "2.00"]
+
+
+def test_every_sweep_times_its_references_afresh(tmp_path, monkeypatch):
+    bench = load()
+    (tmp_path / "norm").mkdir()
+    (tmp_path / "norm" / "p.py").write_text("")
+    seen = []
+
+    def fake_run(path, ctx):
+        seen.append(ctx.work_dir)
+        return {"problem": str(path), "outcome": "verified"}
+
+    monkeypatch.setattr(bench, "run_one", fake_run)
+    monkeypatch.setattr(bench, "machine", lambda: "test machine")
+    for _ in range(2):
+        assert bench.main([str(tmp_path)]) == 0
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert all(Path(folder).is_dir() and not any(Path(folder).iterdir()) for folder in seen)

@@ -13,6 +13,9 @@ a sweep (one process per GPU, each with its own ``--out``); ``--merge A.json B.j
 prints one table over their rows without running anything. ``--group NAME=FOLDER,FOLDER`` adds a
 geometric-mean line over several folders (for instance the fusion problems).
 
+Every sweep works in a folder of its own, so eager and torch.compile are timed afresh for each
+problem in this run, never taken from the reference cache of an earlier one.
+
 ``--warm-compile N`` first compiles every selected reference with ``torch.compile`` in N parallel
 processes, into the Inductor cache the reference workers use, so that the sequential sweep does
 not spend most of its time compiling (the timings themselves are unaffected: the same kernels are
@@ -26,6 +29,7 @@ import json
 import math
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -201,8 +205,9 @@ def print_table(rows: list[dict], header: str, extra_groups: dict | None = None)
     for name, folders in (extra_groups or {}).items():
         groups[name] = [r for r in rows if Path(r["problem"]).parent.name in folders]
     groups["ALL"] = rows
+    width = max(12, *map(len, groups))
     print(
-        f"\n{'group':12} {'problems':>8} {'verified':>8} {'partial':>7} {'gm vs eager':>11} "
+        f"\n{'group':{width}} {'problems':>8} {'verified':>8} {'partial':>7} {'gm vs eager':>11} "
         f"{'gm vs compile':>13}"
     )
     for name, group in groups.items():
@@ -211,7 +216,7 @@ def print_table(rows: list[dict], header: str, extra_groups: dict | None = None)
         ge = geomean([r.get("vs_eager") for r in full])
         gc = geomean([r.get("vs_compile") for r in full])
         print(
-            f"{name:12} {len(group):8d} {len(full):8d} {len(partial):7d} "
+            f"{name:{width}} {len(group):8d} {len(full):8d} {len(partial):7d} "
             f"{fmt(ge, '11.2f')} {fmt(gc, '13.2f')}"
         )
 
@@ -261,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         verifier_model=args.model,
         max_rounds=args.max_rounds,
         profile=not args.no_profile,
+        work_dir=tempfile.mkdtemp(prefix="stitch-suite-"),  # references timed in this run
     )
     rows = kept_rows(args.out, machine()) if args.keep and args.out else []
     done = {r["problem"] for r in rows}

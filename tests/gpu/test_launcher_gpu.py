@@ -157,15 +157,17 @@ def test_generated_launch_bound_program_with_cublas_replays_correctly() -> None:
         (True, (3, 5, 21), (5, 7, 4), (3,), (0,), (2,), 1, 2),
     ],
 )
+@pytest.mark.parametrize("graph_api", [True, False], ids=["graph-api", "legacy-api"])
 def test_cudnn_convolutions_match_pytorch(
     transposed: bool, x_shape: tuple, w_shape: tuple, stride: tuple, padding: tuple,
-    dilation: tuple, groups: int, extra: int,
+    dilation: tuple, groups: int, extra: int, graph_api: bool,
 ) -> None:
     """``KERNELS.conv`` / ``conv_transpose`` agree with PyTorch (FP32, no TF32) on a side stream
-    and inside a CUDA graph."""
+    and inside a CUDA graph, through cuDNN's graph API and through its legacy API."""
     import torch
     import torch.nn.functional as F
 
+    from stitch_graph.runtime.cudnn import Cudnn, _GraphPlan
     from stitch_graph.runtime.kernels import KernelLibrary
 
     torch.backends.cudnn.allow_tf32 = False
@@ -178,6 +180,7 @@ def test_cudnn_convolutions_match_pytorch(
     else:
         expected = getattr(F, f"conv{nd}d")(x, w, None, stride, padding, dilation, groups)
     library = KernelLibrary("")
+    library._dnn = dnn = Cudnn(graph_api=graph_api)
     call = library.conv_transpose if transposed else library.conv
     y = torch.full_like(expected, float("nan"))
     side = torch.cuda.Stream()
@@ -186,6 +189,8 @@ def test_cudnn_convolutions_match_pytorch(
         call(x, w, y, stride, padding, dilation, groups)
     side.synchronize()
     torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+    kinds = {type(plan) is _GraphPlan for plan in dnn._plans.values()}
+    assert kinds == {graph_api}, "the convolution did not run through the API under test"
 
     graph_out = torch.full_like(expected, float("nan"))
     graph = torch.cuda.CUDAGraph()
