@@ -141,7 +141,10 @@ class _ReduceEmitter(_EmitterBase):
                 value = "sq"
             return lines, value
 
-        def finish(args: _Args, a: str) -> tuple[list[str], str]:
+        def finish(
+            args: _Args, a: str, members: list[str] | None = None, result_of: str | None = None
+        ) -> tuple[list[str], str]:
+            """The reduced value and the epilogue (``members``, default all) at one output."""
             result = {
                 "sum": f"{a}.s",
                 "mean": f"{a}.s / {float(length)!r}f",
@@ -164,8 +167,14 @@ class _ReduceEmitter(_EmitterBase):
             ctype = _CTYPE.get(node.dtype, "float")
             env = {node.name: f"v_{node.name}"}
             lines = [f"const {ctype} v_{node.name} = ({ctype})({result});"]
-            lines += self.exprs(g.epilogue, anchor_shape, "r", env, args)
-            return lines, env[out.name]
+            lines += self.exprs(g.epilogue if members is None else members, anchor_shape, "r",
+                                env, args)
+            return lines, env[result_of or out.name]
+
+        if out.shape != anchor_shape and numel(out.shape) == numel(in_shape):
+            return self._broadcast_back_reduction(
+                g, kernel, tun, rows, length, inner, in_idx, index, acc, load_value, finish
+            )
 
         split = tun.split_reduction
         if split is None:
@@ -248,6 +257,81 @@ class _ReduceEmitter(_EmitterBase):
             f"    {writer} {{",
             *(f"      {line}" for line in post),
             f"      out[r] = {result};",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _broadcast_back_reduction(
+        self, g: Group, kernel: str, tun: KernelTuning, rows: int, length: int, inner: int,
+        in_idx: str, index: str, acc: str, load_value: Any, finish: Any,
+    ) -> list[str]:
+        """A reduction whose result is broadcast back over its rows (``x / x.sum(-1, keepdim)``):
+        each row is reduced, its per-row epilogue evaluated once, then the row is read again
+        (mostly from cache) and the element-wise epilogue written. A thread (strided rows), a
+        warp (rows up to 1024) or a block owns a row; the reduced value reaches all its threads.
+        """
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        in_shape = ir.shapes[node.args["input"]]
+        per_row = [m for m in g.epilogue if ir.node(m).shape == node.shape]
+        per_element = [m for m in g.epilogue if m not in per_row]
+        row_result = per_row[-1] if per_row else node.name
+        out = ir.node(g.output)
+        if tun.rows_per_block == 0:
+            mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
+        else:
+            mode = "block" if tun.rows_per_block == 1 else "warp"
+        block = min(tun.block_size, 1024)
+        args = _Args(ir)
+        pre, value = load_value(args, {})
+        row_lines, row_value = finish(args, "acc", per_row, row_result)
+        env = {row_result: row_value}
+        element_lines = self.exprs(per_element, in_shape, "i", env, args)
+        if mode == "thread":
+            row_loop = (
+                f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
+                f"r += ({index})gridDim.x * {block})"
+            )
+            k_loop, reduce_line = f"for ({index} k = 0; k < {length}; ++k)", ""
+            grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
+        elif mode == "warp":
+            warps = block // 32
+            row_loop = (
+                f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
+                f"r += ({index})gridDim.x * {warps})"
+            )
+            k_loop = f"for ({index} k = threadIdx.x & 31; k < {length}; k += 32)"
+            reduce_line = "acc = sg_warp_reduce(acc);"
+            grid = max(1, min(math.ceil(rows / warps), _MAX_GRID))
+        else:
+            row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+            k_loop = f"for ({index} k = threadIdx.x; k < {length}; k += {block})"
+            reduce_line = "acc = sg_block_reduce(acc);"
+            grid = max(1, min(rows, 65535))
+        otype = _CTYPE.get(out.dtype, "float")
+        unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
+        src_lines = [
+            f"// {node.op} over {length} element(s) of {rows} row(s), {mode} per row, then the "
+            f"result broadcast back over each row ({len(per_element)} op(s) per element)",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  {row_loop} {{",
+            f"    {acc} acc = {acc}::init();",
+            f"    {unroll}",
+            f"    {k_loop} {{",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in pre),
+            f"      acc.update({value}, k);",
+            "    }",
+            f"    {reduce_line}",
+            *(f"    {line}" for line in row_lines),
+            f"    {unroll}",
+            f"    {k_loop} {{",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in element_lines),
+            f"      out[i] = {env[out.name]};",
             "    }",
             "  }",
             "}",

@@ -8,6 +8,9 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
   the node as epilogue when the node has the anchor's output shape;
 * reductions, normalisations, softmax, pooling and scans take their single-reader pointwise
   producer group as a prologue (computed on load) and their pointwise consumers as epilogue;
+  a keepdim reduction also takes the pointwise consumer that broadcasts its (single-reader)
+  result back over the reduced input's shape, ``x * rsqrt(mean(x * x) + eps)`` or
+  ``x / x.sum(-1, keepdim=True)``: each row is reduced, then rewritten, in one kernel;
 * GEMMs are cuBLAS anchors and convolutions (plain or transposed) anchors; both take epilogues
   (linear's bias included) but no prologue;
 * pointwise ops that read their operands at other positions than the output's (cat, flip,
@@ -267,6 +270,27 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     return "unsupported", explain_unsupported(node.op)
 
 
+_BROADCAST_BACK = {"sum", "mean", "norm", "prod", "amax", "amin", "logsumexp", "var", "std"}
+
+
+def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
+    """Whether ``node`` reads the keepdim reduction ``group`` broadcast over its input's shape."""
+    anchor = ir.node(group.anchor or "")
+    if group.kind != "reduction" or anchor.op not in _BROADCAST_BACK:
+        return False
+    src = anchor.args.get("input")
+    if not isinstance(src, Ref) or node.dtype != "float32":
+        return False
+    in_shape = ir.shapes[src]
+    dims = {d % len(in_shape) for d in reduction_dims(ir, anchor)} if in_shape else set()
+    out_shape = ir.shapes[Ref("node", group.output)]
+    keepdim = len(out_shape) == len(in_shape) and all(
+        out_shape[d] == (1 if d in dims else in_shape[d]) for d in range(len(in_shape))
+    )
+    length = numel(in_shape) // max(numel(out_shape), 1)
+    return bool(dims) and keepdim and length > 1 and node.shape == in_shape
+
+
 def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     if len(shape) > len(to):
         return False
@@ -324,6 +348,8 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 if g.anchor is None and _broadcasts(out_shape, node.shape):
                     candidates.append(g)
                 elif g.anchor is not None and out_shape == node.shape:
+                    candidates.append(g)
+                elif g.anchor is not None and _broadcast_back(ir, g, node):
                     candidates.append(g)
             anchored = [g for g in candidates if g.anchor is not None][:1]
             plain = [g for g in candidates if g.anchor is None]

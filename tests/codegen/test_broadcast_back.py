@@ -1,0 +1,99 @@
+"""A keepdim reduction and the consumer that broadcasts it back over the rows, in one kernel.
+
+``x * rsqrt(mean(x * x) + eps)``, ``x / x.norm(dim=-1, keepdim=True)``, ``x - x.mean(...)``: each
+row is reduced, then rewritten, by the same thread, warp or block, so the rows are read from
+memory once for the reduction and mostly from cache for the rewrite. Checked on the CPU with
+CUDA's block semantics (``cooperative=True``) and compiled with nvcc where it is installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cpu_emulation import check_on_cpu
+
+from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+from stitch_graph.task import load_task
+from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
+from stitch_graph.verify import check_candidate
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn({last}))
+
+    def forward(self, x):
+{body}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _generate(body: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    lines = "\n".join(f"        {line}" for line in body.splitlines())
+    task = load_task(_PROBLEM.format(body=lines, shape=", ".join(map(str, shape)),
+                                     last=shape[-1]))
+    ir = capture_program(task)
+    program = emit_candidate(ir, plan_program(ir))
+    assert not program.declared_torch_ops
+    assert not check_candidate(program, reference_source=task.source).rejected
+    if find_nvcc() is not None:
+        assert nvcc_compile(program.kernel_source).ok
+    return task, program
+
+
+CASES = {
+    # warp per row, per-row epilogue (add, rsqrt), two ops per element
+    "rms_norm_written_out": (
+        "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight",
+        (3, 5, 64), "warp per row"),
+    # block per row (rows longer than 1024)
+    "centre_long_rows": ("return x - x.mean(-1, keepdim=True)", (3, 1500), "block per row"),
+    # L2 normalisation through torch's norm
+    "l2_normalise": ("return x / x.norm(p=2, dim=-1, keepdim=True)", (7, 33), "warp per row"),
+    # a middle dimension: one thread per row, strided
+    "middle_dim": ("return x * x.sum(dim=1, keepdim=True)", (2, 5, 40), "thread per row"),
+    # two trailing dims at once
+    "two_dims": ("return x / x.amax(dim=(-2, -1), keepdim=True)", (4, 6, 7), "warp per row"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_reduction_and_its_broadcast_consumer_share_one_kernel(name: str, tmp_path: Path) -> None:
+    body, shape, mode = CASES[name]
+    task, program = _generate(body, shape)
+    assert "result broadcast back" in program.kernel_source and mode in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len(kernels.launched) == 1, kernels.launched
+
+
+def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
+    body = "e = (x - x.amax(-1, keepdim=True)).exp()\nreturn e / e.sum(-1, keepdim=True)"
+    task, program = _generate(body, (6, 50))
+    assert program.kernel_source.count("result broadcast back") == 2
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len(kernels.launched) == 2, kernels.launched
+
+
+@pytest.mark.parametrize("body", [
+    "return x / x.sum()",  # a whole-tensor reduction cannot be finished row by row
+    "s = x.sum(-1, keepdim=True)\nreturn x / s, s",  # the reduction is an output too
+    "return x[:, :1] * x.sum(-1, keepdim=True)",  # the consumer's shape is not the input's
+])
+def test_other_consumers_stay_in_their_own_kernel(body: str, tmp_path: Path) -> None:
+    task, program = _generate(body, (4, 9))
+    assert "result broadcast back" not in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
