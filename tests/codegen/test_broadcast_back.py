@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cpu_emulation import check_on_cpu
 
-from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+from stitch_graph.codegen import capture_program, emit_candidate, plan_program, schedule
 from stitch_graph.task import load_task
 from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
 from stitch_graph.verify import check_candidate
@@ -40,6 +40,13 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+
+
+@pytest.fixture
+def few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuse at the small row counts a CPU check can afford (the GPU default wants hundreds)."""
+    monkeypatch.setattr(schedule, "_BROADCAST_BACK_ROWS", 1)
+    monkeypatch.setattr(schedule, "_BROADCAST_BACK_THREAD_ROWS", 1)
 
 
 def _generate(body: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
@@ -72,6 +79,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.usefixtures("few_rows")
 def test_reduction_and_its_broadcast_consumer_share_one_kernel(name: str, tmp_path: Path) -> None:
     body, shape, mode = CASES[name]
     task, program = _generate(body, shape)
@@ -80,6 +88,7 @@ def test_reduction_and_its_broadcast_consumer_share_one_kernel(name: str, tmp_pa
     assert len(kernels.launched) == 1, kernels.launched
 
 
+@pytest.mark.usefixtures("few_rows")
 def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     body = "e = (x - x.amax(-1, keepdim=True)).exp()\nreturn e / e.sum(-1, keepdim=True)"
     task, program = _generate(body, (6, 50))
@@ -88,6 +97,7 @@ def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     assert len(kernels.launched) == 2, kernels.launched
 
 
+@pytest.mark.usefixtures("few_rows")
 @pytest.mark.parametrize("body", [
     "return x / x.sum()",  # a whole-tensor reduction cannot be finished row by row
     "s = x.sum(-1, keepdim=True)\nreturn x / s, s",  # the reduction is an output too
@@ -97,3 +107,15 @@ def test_other_consumers_stay_in_their_own_kernel(body: str, tmp_path: Path) -> 
     task, program = _generate(body, (4, 9))
     assert "result broadcast back" not in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(("shape", "fused"), [
+    ((600, 8), True),  # enough rows for a warp each
+    ((100, 8), False),  # too few: the GPU would idle
+    ((2, 8, 20000), True),  # a thread per (strided) row, 40000 of them
+    ((2, 8, 400), False),  # 800 threads only
+])
+def test_rows_enough_to_fill_the_gpu_are_needed(shape: tuple[int, ...], fused: bool) -> None:
+    dim = 1 if len(shape) == 3 else -1
+    _, program = _generate(f"return x / x.sum(dim={dim}, keepdim=True)", shape)
+    assert ("result broadcast back" in program.kernel_source) is fused

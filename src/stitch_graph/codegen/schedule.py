@@ -270,6 +270,8 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     return "unsupported", explain_unsupported(node.op)
 
 
+_BROADCAST_BACK_ROWS = 512  # a warp or a block per row: four of them per SM of an H200
+_BROADCAST_BACK_THREAD_ROWS = 16384  # a thread per row
 _BROADCAST_BACK = {"sum", "mean", "norm", "prod", "amax", "amin", "logsumexp", "var", "std"}
 
 
@@ -287,8 +289,13 @@ def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
     keepdim = len(out_shape) == len(in_shape) and all(
         out_shape[d] == (1 if d in dims else in_shape[d]) for d in range(len(in_shape))
     )
-    length = numel(in_shape) // max(numel(out_shape), 1)
-    return bool(dims) and keepdim and length > 1 and node.shape == in_shape
+    rows = numel(out_shape)
+    length = numel(in_shape) // max(rows, 1)
+    inner = numel(in_shape[max(dims) + 1 :]) if dims else 1
+    # one thread (strided rows), warp or block per row: too few rows would leave the GPU idle,
+    # where the unfused reduction splits its rows and the pointwise kernel spreads over all
+    enough_rows = rows >= (_BROADCAST_BACK_THREAD_ROWS if inner >= 32 else _BROADCAST_BACK_ROWS)
+    return bool(dims) and keepdim and length > 1 and enough_rows and node.shape == in_shape
 
 
 def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
