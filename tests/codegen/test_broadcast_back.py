@@ -1,9 +1,9 @@
 """A keepdim reduction and the consumer that broadcasts it back over the rows, in one kernel.
 
 ``x * rsqrt(mean(x * x) + eps)``, ``x / x.norm(dim=-1, keepdim=True)``, ``x - x.mean(...)``: each
-row is reduced, then rewritten, by the same thread, warp or block, so the rows are read from
-memory once for the reduction and mostly from cache for the rewrite. Checked on the CPU with
-CUDA's block semantics (``cooperative=True``) and compiled with nvcc where it is installed.
+row is reduced, then rewritten, by the same threads, so the rows are read from memory once for the
+reduction and mostly from cache for the rewrite. Checked on the CPU with CUDA's block semantics
+(``cooperative=True``) and compiled with nvcc where it is installed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from cpu_emulation import check_on_cpu
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program, schedule
+from stitch_graph.codegen.tuning import KernelTuning, Tuning
 from stitch_graph.task import load_task
 from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
 from stitch_graph.verify import check_candidate
@@ -40,6 +41,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+FUSED = "result broadcast back"
 
 
 @pytest.fixture
@@ -49,12 +51,12 @@ def few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schedule, "_BROADCAST_BACK_THREAD_ROWS", 1)
 
 
-def _generate(body: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
+def _generate(body: str, shape: tuple[int, ...], tuning: Tuning | None = None) -> tuple[Any, Any]:
     lines = "\n".join(f"        {line}" for line in body.splitlines())
     task = load_task(_PROBLEM.format(body=lines, shape=", ".join(map(str, shape)),
                                      last=shape[-1]))
     ir = capture_program(task)
-    program = emit_candidate(ir, plan_program(ir))
+    program = emit_candidate(ir, plan_program(ir), tuning=tuning)
     assert not program.declared_torch_ops
     assert not check_candidate(program, reference_source=task.source).rejected
     if find_nvcc() is not None:
@@ -62,37 +64,48 @@ def _generate(body: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
     return task, program
 
 
+def _knobs(**knobs: Any) -> Tuning:
+    return Tuning(default=KernelTuning(**knobs))
+
+
+RMS = "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight"
 CASES = {
-    # warp per row, per-row epilogue (add, rsqrt), two ops per element
-    "rms_norm_written_out": (
-        "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight",
-        (3, 5, 64), "warp per row"),
-    # block per row (rows longer than 1024)
-    "centre_long_rows": ("return x - x.mean(-1, keepdim=True)", (3, 1500), "block per row"),
-    # L2 normalisation through torch's norm
-    "l2_normalise": ("return x / x.norm(p=2, dim=-1, keepdim=True)", (7, 33), "warp per row"),
-    # a middle dimension: one thread per row, strided
-    "middle_dim": ("return x * x.sum(dim=1, keepdim=True)", (2, 5, 40), "thread per row"),
+    # contiguous rows, float4 kernel: per-row epilogue (add, rsqrt), two ops per element
+    "rms_norm_float4": (RMS, (3, 5, 64), None, "float4 loads"),
+    # the scalar twin of the same kernel
+    "rms_norm_scalar": (RMS, (3, 5, 64), _knobs(vector_width=1), "scalar loads"),
+    # rows longer than 1024: a block per row
+    "centre_long_rows": ("return x - x.mean(-1, keepdim=True)", (3, 1500), None, "float4 loads"),
+    # L2 normalisation through torch's norm, an odd length
+    "l2_normalise": ("return x / x.norm(p=2, dim=-1, keepdim=True)", (7, 33), None, "a row"),
     # two trailing dims at once
-    "two_dims": ("return x / x.amax(dim=(-2, -1), keepdim=True)", (4, 6, 7), "warp per row"),
+    "two_dims": ("return x / x.amax(dim=(-2, -1), keepdim=True)", (4, 6, 7), None, "a row"),
+    # a middle dimension: one thread per (strided) row
+    "middle_dim": ("return x * x.sum(dim=1, keepdim=True)", (2, 5, 40), None, "thread per row"),
+    # rows per block forced by the tuning: a block, or warps
+    "block_per_row": (RMS, (3, 5, 64), _knobs(rows_per_block=1), "block per row"),
+    "warp_per_row": (RMS, (3, 5, 64), _knobs(rows_per_block=2), "warp per row"),
+    # Welford statistics (var): the same loop with its own accumulator
+    "by_variance": ("return x / (x.var(-1, keepdim=True) + 1)", (5, 24), None, "warp per row"),
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.usefixtures("few_rows")
+@pytest.mark.parametrize("name", list(CASES))
 def test_reduction_and_its_broadcast_consumer_share_one_kernel(name: str, tmp_path: Path) -> None:
-    body, shape, mode = CASES[name]
-    task, program = _generate(body, shape)
-    assert "result broadcast back" in program.kernel_source and mode in program.kernel_source
+    body, shape, tuning, kernel = CASES[name]
+    task, program = _generate(body, shape, tuning)
+    assert FUSED in program.kernel_source and kernel in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len(kernels.launched) == 1, kernels.launched
+    assert kernels.launched[0].endswith("_v4") == (kernel == "float4 loads")
 
 
 @pytest.mark.usefixtures("few_rows")
 def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     body = "e = (x - x.amax(-1, keepdim=True)).exp()\nreturn e / e.sum(-1, keepdim=True)"
     task, program = _generate(body, (6, 50))
-    assert program.kernel_source.count("result broadcast back") == 2
+    assert program.kernel_source.count(FUSED) == 2
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len(kernels.launched) == 2, kernels.launched
 
@@ -105,7 +118,7 @@ def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
 ])
 def test_other_consumers_stay_in_their_own_kernel(body: str, tmp_path: Path) -> None:
     task, program = _generate(body, (4, 9))
-    assert "result broadcast back" not in program.kernel_source
+    assert FUSED not in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
@@ -118,4 +131,4 @@ def test_other_consumers_stay_in_their_own_kernel(body: str, tmp_path: Path) -> 
 def test_rows_enough_to_fill_the_gpu_are_needed(shape: tuple[int, ...], fused: bool) -> None:
     dim = 1 if len(shape) == 3 else -1
     _, program = _generate(f"return x / x.sum(dim={dim}, keepdim=True)", shape)
-    assert ("result broadcast back" in program.kernel_source) is fused
+    assert (FUSED in program.kernel_source) is fused

@@ -172,6 +172,9 @@ class _ReduceEmitter(_EmitterBase):
             return lines, env[result_of or out.name]
 
         if out.shape != anchor_shape and numel(out.shape) == numel(in_shape):
+            if tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE:
+                return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value,
+                                           finish, broadcast=self._broadcast_parts(g))
             return self._broadcast_back_reduction(
                 g, kernel, tun, rows, length, inner, in_idx, index, acc, load_value, finish
             )
@@ -263,6 +266,14 @@ class _ReduceEmitter(_EmitterBase):
         ]
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
+    def _broadcast_parts(self, g: Group) -> tuple[list[str], str, list[str]]:
+        """A broadcast-back group's per-row epilogue, the node holding each row's value, and
+        the element-wise epilogue that reads it."""
+        node = self.ir.node(g.anchor or "")
+        per_row = [m for m in g.epilogue if self.ir.node(m).shape == node.shape]
+        per_element = [m for m in g.epilogue if m not in per_row]
+        return per_row, (per_row[-1] if per_row else node.name), per_element
+
     def _broadcast_back_reduction(
         self, g: Group, kernel: str, tun: KernelTuning, rows: int, length: int, inner: int,
         in_idx: str, index: str, acc: str, load_value: Any, finish: Any,
@@ -275,9 +286,7 @@ class _ReduceEmitter(_EmitterBase):
         ir = self.ir
         node = ir.node(g.anchor or "")
         in_shape = ir.shapes[node.args["input"]]
-        per_row = [m for m in g.epilogue if ir.node(m).shape == node.shape]
-        per_element = [m for m in g.epilogue if m not in per_row]
-        row_result = per_row[-1] if per_row else node.name
+        per_row, row_result, per_element = self._broadcast_parts(g)
         out = ir.node(g.output)
         if tun.rows_per_block == 0:
             mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
@@ -506,20 +515,23 @@ class _ReduceEmitter(_EmitterBase):
         index: str,
         acc: str,
         load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[[_Args, str], tuple[list[str], str]],
+        finish: Callable[..., tuple[list[str], str]],
+        broadcast: tuple[list[str], str, list[str]] | None = None,
     ) -> list[str]:
         """Reduction over contiguous rows (the last dims): float4 loads when every full-size
         operand is 16-byte aligned and the length a multiple of 4 (``_v4`` kernel, scalar twin
         chosen at run time otherwise), each thread issuing a batch of loads before it reduces
         them, and a group of threads per row sized by ``_row_threads`` (several short rows a
-        warp, a block for long ones)."""
+        warp, a block for long ones). With ``broadcast`` (``_broadcast_parts``) the row's threads
+        then rewrite the row with the element-wise epilogue instead of storing the reduction."""
         out = self.ir.node(g.output)
         alloc = (
             f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
             f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
         )
         scalar_src, sargs, _, slaunch = self._row_reduction_variant(
-            g, kernel, rows, length, index, acc, load_value, finish, vec=False
+            g, kernel, rows, length, index, acc, load_value, finish, vec=False,
+            broadcast=broadcast,
         )
         self.kernels.append("\n".join(scalar_src))
         py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
@@ -527,7 +539,8 @@ class _ReduceEmitter(_EmitterBase):
         if tun.vector_width != 4 or length % 4 or out.dtype != "float32":
             return [alloc, launch]
         vsrc, vargs, aligned, vlaunch = self._row_reduction_variant(
-            g, f"{kernel}_v4", rows, length, index, acc, load_value, finish, vec=True
+            g, f"{kernel}_v4", rows, length, index, acc, load_value, finish, vec=True,
+            broadcast=broadcast,
         )
         if not aligned or vargs.refs != sargs.refs:
             return [alloc, launch]
@@ -544,9 +557,10 @@ class _ReduceEmitter(_EmitterBase):
         index: str,
         acc: str,
         load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[[_Args, str], tuple[list[str], str]],
+        finish: Callable[..., tuple[list[str], str]],
         *,
         vec: bool,
+        broadcast: tuple[list[str], str, list[str]] | None = None,
     ) -> tuple[list[str], _Args, list[Ref], tuple[int, int]]:
         """Source, arguments, float4 operands and ``(grid, block)`` of one ``_row_reduction``
         kernel. A thread's units (float4 chunks or elements) are ``t + c * threads``; the loads
@@ -567,6 +581,44 @@ class _ReduceEmitter(_EmitterBase):
         otype = _CTYPE.get(out.dtype, "float")
         unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
         inside = f"u < {nu}" if nu % (threads * batch) else "true"
+        tail: list[str] = []  # a broadcast-back group: the row rewritten after its reduction
+        tail_vec: list[Ref] = []
+        if broadcast is not None:
+            per_row, row_result, per_element = broadcast
+            row_lines, row_value = finish(_Args(ir, refs=args.refs), "acc", per_row, row_result)
+            targs = _Args(ir, refs=args.refs, vector=vec)
+            env = {row_result: row_value}
+            element = self.exprs(per_element, ir.shapes[node.args["input"]], "i", env, targs)
+            tail_vec = targs.vec_refs
+            at = [f"const {index} i = r * {length} + k;", *element]
+            if vec:
+                store = [
+                    *(f"const float4 a{args.refs.index(q)}v = reinterpret_cast<const float4*>("
+                      f"a{args.refs.index(q)})[r * {nu} + u];" for q in tail_vec),
+                    "float4 o;",
+                    "#pragma unroll",
+                    "for (int l = 0; l < 4; ++l) {",
+                    f"  const {index} k = u * 4 + l;",
+                    *(f"  {line}" for line in at),
+                    f"  (&o.x)[l] = {env[out.name]};",
+                    "}",
+                    f"reinterpret_cast<float4*>(out)[r * {nu} + u] = o;",
+                ]
+            else:
+                store = [f"const {index} k = u;", *at, f"out[i] = {env[out.name]};"]
+            tail = [
+                f"    if (r < {rows}) {{",
+                *(f"      {line}" for line in row_lines),
+                f"      for (int b = 0; b < {batches}; ++b) {{",
+                f"        for (int j = 0; j < {batch}; ++j) {{",
+                f"          {unit}",
+                f"          if ({inside}) {{",
+                *(f"            {line}" for line in store),
+                "          }",
+                "        }",
+                "      }",
+                "    }",
+            ]
         if vec:
             bufs = [args.refs.index(r) for r in args.vec_refs]
             used = [*pre, value]
@@ -626,7 +678,8 @@ class _ReduceEmitter(_EmitterBase):
             reduce_line = "acc = sg_block_reduce(acc);"
         src_lines = [
             f"// {node.op} over the last {length} element(s) of {rows} row(s): {threads} "
-            f"thread(s) a row, {batch} {'float4' if vec else 'scalar'} loads in flight a thread",
+            f"thread(s) a row, {batch} {'float4' if vec else 'scalar'} loads in flight a thread"
+            + (", then the result broadcast back over the row" if broadcast else ""),
             f'extern "C" __global__ __launch_bounds__({block}) void {name}('
             f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
             f"  const int t = threadIdx.x % {threads};",
@@ -641,15 +694,17 @@ class _ReduceEmitter(_EmitterBase):
             "      }",
             "    }",
             f"    {reduce_line}",
-            f"    if (t == 0 && r < {rows}) {{",
-            *(f"      {line}" for line in post),
-            f"      out[r] = {result};",
-            "    }",
+            *(tail or [
+                f"    if (t == 0 && r < {rows}) {{",
+                *(f"      {line}" for line in post),
+                f"      out[r] = {result};",
+                "    }",
+            ]),
             "  }",
             "}",
         ]
         grid = max(1, min(math.ceil(rows / per_block), _MAX_GRID if threads <= 32 else 65535))
-        return src_lines, args, list(args.vec_refs), (grid, block)
+        return src_lines, args, list(dict.fromkeys(args.vec_refs + tail_vec)), (grid, block)
 
     def _split_reduction(
         self,
