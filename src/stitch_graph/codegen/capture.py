@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+import warnings
 from typing import Any
 
 import torch
@@ -305,6 +306,13 @@ def _graph_to_meta(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _returns_leaf(gm: torch.fx.GraphModule) -> bool:
+    """Whether an exported module's forward returns one tensor (its graph returns a tuple)."""
+    codegen = getattr(gm.graph, "_codegen", None)
+    spec = getattr(getattr(codegen, "pytree_info", None), "out_spec", None)
+    return spec is not None and getattr(spec, "type", tuple) is None
+
+
 def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
     tensors = [*model.parameters(), *model.buffers()]
     tensors += [v for m in model.modules() for v in vars(m).values() if torch.is_tensor(v)]
@@ -318,7 +326,10 @@ def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
                 torch.empty(a.shape, dtype=a.dtype) if torch.is_tensor(a) else a for a in args
             ]
     try:
-        return torch.export.export(model, tuple(args)).module()
+        with warnings.catch_warnings():
+            # nn.LSTM/GRU keep their weights in a plain list as well: export says so, harmlessly
+            warnings.filterwarnings("ignore", message="The tensor attributes", category=UserWarning)
+            return torch.export.export(model, tuple(args)).module()
     except Exception as error:  # noqa: BLE001
         msg = f"the fx trace does not run and torch.export failed ({error})"
         raise CaptureError(msg) from error
@@ -513,7 +524,10 @@ def _lower(
             writes.check_reads(fx_node)
             out = fx_node.args[0]
             ir.output_is_tuple = isinstance(out, list | tuple)
-            for item in out if ir.output_is_tuple else [out]:
+            items = out if ir.output_is_tuple else [out]
+            if ir.output_is_tuple and len(out) == 1 and _returns_leaf(gm):
+                ir.output_is_tuple = False  # an exported graph returns its outputs flattened
+            for item in items:
                 ir.outputs.append(_materialise_output(ir, _subst(item, env), ours))
             continue
         if fx_node.op == "call_module" and str(fx_node.target) == "_guards_fn":

@@ -39,6 +39,7 @@ from stitch_graph.codegen._emit_conv import _ConvEmitter
 from stitch_graph.codegen._emit_gemm import _GemmEmitter
 from stitch_graph.codegen._emit_pool_scan import _PoolScanEmitter
 from stitch_graph.codegen._emit_reduce import _ReduceEmitter
+from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
 from stitch_graph.codegen.schedule import groups_from_plan, node_kind
@@ -47,7 +48,9 @@ from stitch_graph.codegen.tuning import KernelTuning, Tuning
 __all__ = ["EmitError", "emit_candidate"]
 
 
-class _Emitter(_ReduceEmitter, _SoftmaxNormEmitter, _ConvEmitter, _PoolScanEmitter, _GemmEmitter):
+class _Emitter(
+    _ReduceEmitter, _SoftmaxNormEmitter, _ConvEmitter, _PoolScanEmitter, _GemmEmitter, _RnnEmitter
+):
     """The emitter of a program: the expression/pointwise core plus one mixin per kernel
     style; ``emit`` dispatches a group to its style."""
 
@@ -67,6 +70,8 @@ class _Emitter(_ReduceEmitter, _SoftmaxNormEmitter, _ConvEmitter, _PoolScanEmitt
             return self.pool(part, kernel, tun)
         if part.kind == "scan":
             return self.scan(part, kernel, tun)
+        if part.kind == "rnn":
+            return self.rnn(part, kernel, tun)
         msg = f"{part.id}: no emitter for {part.kind} groups"
         raise EmitError(msg)
 

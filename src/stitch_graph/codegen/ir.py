@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 RefKind = Literal["input", "param", "node"]
-GroupKind = Literal["pointwise", "reduction", "norm", "softmax", "gemm", "conv"]
+GroupKind = Literal["pointwise", "reduction", "norm", "softmax", "gemm", "conv", "rnn"]
 
 
 def numel(shape: tuple[int, ...] | list[int]) -> int:

@@ -36,6 +36,7 @@ OpKind = Literal[
     "conv",
     "pool",
     "scan",
+    "rnn",
     "view",
     "identity",
     "unsupported",
@@ -49,6 +50,7 @@ GEMM: OpKind = "gemm"
 CONV: OpKind = "conv"
 POOL: OpKind = "pool"
 SCAN: OpKind = "scan"
+RNN: OpKind = "rnn"
 VIEW: OpKind = "view"
 IDENTITY: OpKind = "identity"
 UNSUPPORTED: OpKind = "unsupported"
@@ -268,6 +270,11 @@ for _d in (1, 2, 3):
     _op(f"adaptive_avg_pool{_d}d", POOL, "input, output_size", flops=1)
     _op(f"adaptive_max_pool{_d}d", POOL, "input, output_size, return_indices=False", flops=1)
 # ---- scans along one dim: one thread per line, or a warp per line when lines are contiguous ---
+_RNN_SIGNATURE = (
+    "input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first"
+)
+_op("lstm", RNN, _RNN_SIGNATURE, flops=8, note="input projection by one cuBLAS SGEMM a layer, then per step an SGEMM of the hidden state and one gate kernel")  # noqa: E501
+_op("gru", RNN, _RNN_SIGNATURE, flops=6, note="as lstm, with the GRU's three gates")
 _op("cumsum", SCAN, "input, dim, dtype=None", flops=1)
 _op("cumprod", SCAN, "input, dim, dtype=None", flops=1)
 # ---- views: host-side, no kernel --------------------------------------------------------------

@@ -15,6 +15,7 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
   (linear's bias included) but no prologue;
 * pointwise ops that read their operands at other positions than the output's (cat, flip,
   gather, ...: ``ops.INDEXED``) never absorb their producers, whose values must be in memory;
+* LSTM and GRU layers are anchors of their own (cuBLAS GEMMs and one gate kernel a time step);
 * views run on the host; ops the registry cannot emit stay in PyTorch and are named, and a node
   whose arguments the rules do not understand is unsupported rather than an exception.
 """
@@ -53,6 +54,7 @@ _ITEM_KIND = {
     "conv": "conv",
     "pool": "reduction",
     "scan": "reduction",
+    "rnn": "gemm",
 }
 _LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
 _HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
@@ -66,6 +68,26 @@ def reduction_dims(ir: ProgramIR, node: OpNode) -> list[int]:
         return []
     dims = list(dim) if isinstance(dim, list | tuple) else [dim]
     return [int(d) for d in dims]
+
+
+def _rnn_unsupported(ir: ProgramIR, node: OpNode) -> str:
+    """Why an ``lstm``/``gru`` node cannot be generated ("" when it can)."""
+    x, hx, params = node.args.get("input"), node.args.get("hx"), node.args.get("params")
+    hx = list(hx) if isinstance(hx, list | tuple) else [hx]
+    if not isinstance(x, Ref) or len(ir.shapes[x]) != 3:
+        return "needs a batched 3-d input"
+    if len(hx) != (2 if node.op == "lstm" else 1) or not all(isinstance(h, Ref) for h in hx):
+        return "needs the initial hidden state as tensors"
+    if not isinstance(params, list | tuple) or not all(isinstance(p, Ref) for p in params):
+        return "needs its weights as tensors"
+    if any(ir.dtypes.get(r, "float32") != "float32" for r in [x, *hx, *params]):
+        return "float32 only"
+    if node.args.get("train") and float(node.args.get("dropout") or 0) > 0:
+        return "dropout between layers in training mode"
+    layers = int(node.args["num_layers"]) * (2 if node.args.get("bidirectional") else 1)
+    if len(params) != layers * (4 if node.args.get("has_biases") else 2):
+        return "projections (proj_size) are not supported"
+    return ""
 
 
 def _row_ok(ir: ProgramIR, node: OpNode) -> str:
@@ -217,6 +239,9 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return "unsupported", explain_unsupported(node.op)
     if info.kind in ("view", "identity"):
         return "view", ""
+    if info.kind == "rnn":
+        reason = _rnn_unsupported(ir, node)
+        return ("rnn", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
     dtypes = {ir.dtypes.get(r, "float32") for r in node.tensor_refs()} | {node.dtype}
     if not dtypes <= _DTYPES:
         bad = ", ".join(sorted(dtypes - _DTYPES))
@@ -412,6 +437,9 @@ def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
         if info is not None and info.kind == "gemm":
             a = ir.shapes[node.tensor_refs()[0 if node.op != "addmm" else 1]]
             flops += 2.0 * numel(node.shape) * a[-1]
+        elif info is not None and info.kind == "rnn":
+            x = ir.shapes[node.args["input"]]
+            flops += 2.0 * numel(x[:2]) * sum(numel(ir.shapes[w]) for w in node.args["params"])
         elif info is not None and info.kind == "conv":
             w = ir.shapes[node.args["weight"]]
             x = ir.shapes[node.args["input"]]
@@ -451,6 +479,11 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("one thread per output, the window read in a loop; float32 accumulation")
     if group.kind == "scan":
         items.append("sequential float32 scan per line: a thread per line, or a warp per line")
+    if group.kind == "rnn":
+        items.append(
+            "per layer and direction: the input projection of all time steps in one cuBLAS SGEMM, "
+            "then per step an SGEMM of the hidden state and one gate kernel (state in place)"
+        )
     return items
 
 
@@ -532,6 +565,7 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
         if kind == "unsupported" and reason not in unsupported:
             unsupported.append(reason)
     launches = len(groups) + sum(1 for g in groups if g.kind == "gemm" and len(g.members) > 1)
+    launches += sum(_rnn_launches(ir, g) for g in groups if g.kind == "rnn")
     total_us = sum(estimates)
     launch_bound = launches >= 3 and launches * _LAUNCH_US > total_us
     host = HostPlan(
@@ -551,6 +585,15 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
     return Plan(
         summary=summary, items=items, host=host, unsupported_ops=unsupported, hotspots=hotspots
     )
+
+
+def _rnn_launches(ir: ProgramIR, group: Group) -> int:
+    """Kernel launches and GEMMs of an LSTM/GRU group: two a time step, layer and direction."""
+    node = ir.node(group.anchor or "")
+    shape = ir.shapes[node.args["input"]]
+    steps = shape[1] if node.args.get("batch_first") else shape[0]
+    layers = int(node.args["num_layers"]) * (2 if node.args.get("bidirectional") else 1)
+    return layers * (2 * steps + 2)
 
 
 def _buffer_reuse(ir: ProgramIR, groups: list[Group]) -> list[str]:
