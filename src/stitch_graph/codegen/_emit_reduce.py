@@ -82,6 +82,32 @@ def _row_threads(units: int, rows: int) -> int:
     return min(threads, 1024)
 
 
+def _one_row_loops(
+    mode: str, rows: int, length: int, block: int, index: str
+) -> tuple[str, str, str, int]:
+    """Row loop, element loop, reduction line and grid when a thread, a warp or a block owns
+    each row (after a warp's or a block's reduction every thread holds the result)."""
+    if mode == "thread":
+        row_loop = (
+            f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
+            f"r += ({index})gridDim.x * {block})"
+        )
+        return row_loop, f"for ({index} k = 0; k < {length}; ++k)", "", max(
+            1, min(math.ceil(rows / block), _MAX_GRID))
+    if mode == "warp":
+        warps = block // 32
+        row_loop = (
+            f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
+            f"r += ({index})gridDim.x * {warps})"
+        )
+        k_loop = f"for ({index} k = threadIdx.x & 31; k < {length}; k += 32)"
+        return row_loop, k_loop, "acc = sg_warp_reduce(acc);", max(
+            1, min(math.ceil(rows / warps), _MAX_GRID))
+    row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
+    k_loop = f"for ({index} k = threadIdx.x; k < {length}; k += {block})"
+    return row_loop, k_loop, "acc = sg_block_reduce(acc);", max(1, min(rows, 65535))
+
+
 def _two_stage_launch(
     g: Group,
     kernel: str,
@@ -171,18 +197,16 @@ class _ReduceEmitter(_EmitterBase):
                                 env, args)
             return lines, env[result_of or out.name]
 
-        if out.shape != anchor_shape and numel(out.shape) == numel(in_shape):
-            if tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE:
-                return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value,
-                                           finish, broadcast=self._broadcast_parts(g))
-            return self._broadcast_back_reduction(
-                g, kernel, tun, rows, length, inner, in_idx, index, acc, load_value, finish
-            )
-
+        # consumers that broadcast the result back over the rows joined: reduce, then rewrite
+        broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
+        row_kernel = tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE
+        if broadcast and row_kernel:
+            return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value,
+                                       finish, broadcast=self._broadcast_parts(g))
         split = tun.split_reduction
         if split is None:
             split = rows < 132 and length >= 65536 and node.op in _SPLITTABLE
-        split = bool(split) and node.op in _SPLITTABLE
+        split = bool(split) and node.op in _SPLITTABLE and not broadcast
         if split:
             return self._split_reduction(
                 g, kernel, tun, rows, length, in_idx, index, acc, load_value, finish
@@ -191,7 +215,7 @@ class _ReduceEmitter(_EmitterBase):
             mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
         else:
             mode = "block" if tun.rows_per_block == 1 else "warp"
-        if mode == "thread":
+        if mode == "thread" and not broadcast:
             # outputs along contiguous memory: one thread per output, and when there are too
             # few outputs to fill the GPU, the reduced dimension split into chunks as well: in
             # one block (one launch) unless even that leaves most of a big input's GPU idle
@@ -209,9 +233,7 @@ class _ReduceEmitter(_EmitterBase):
                 return self._column_tile_reduction(
                     g, kernel, rows, length, slices, lanes, in_idx, index, acc, load_value, finish
                 )
-        elif (
-            tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE and length * rows > 0
-        ):
+        elif row_kernel and length * rows > 0 and not broadcast:
             return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value, finish)
         block = tun.block_size
         if mode == "block":
@@ -219,33 +241,27 @@ class _ReduceEmitter(_EmitterBase):
         args = _Args(ir)
         env: dict[str, str] = {}
         pre, value = load_value(args, env)
-        post, result = finish(args, "acc")
         otype = _CTYPE.get(out.dtype, "float")
         unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
-        if mode == "thread":
-            row_loop = (
-                f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
-                f"r += ({index})gridDim.x * {block})"
-            )
-            k_loop = f"for ({index} k = 0; k < {length}; ++k)"
-            reduce_line, writer = "", ""
-            grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
-        elif mode == "warp":
-            warps = block // 32
-            row_loop = (
-                f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
-                f"r += ({index})gridDim.x * {warps})"
-            )
-            k_loop = f"for ({index} k = threadIdx.x & 31; k < {length}; k += 32)"
-            reduce_line, writer = "acc = sg_warp_reduce(acc);", "if ((threadIdx.x & 31) == 0)"
-            grid = max(1, min(math.ceil(rows / warps), _MAX_GRID))
+        row_loop, k_loop, reduce_line, grid = _one_row_loops(mode, rows, length, block, index)
+        if broadcast:  # every thread of the row has the result: rewrite the row
+            per_row, row_result, per_element = self._broadcast_parts(g)
+            row_lines, row_value = finish(args, "acc", per_row, row_result)
+            env = {row_result: row_value}
+            element = self.exprs(per_element, in_shape, "i", env, args)
+            tail = [
+                *row_lines, unroll, f"{k_loop} {{", f"  const {index} i = {in_idx};",
+                *(f"  {line}" for line in element), f"  out[i] = {env[out.name]};", "}",
+            ]
         else:
-            row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
-            k_loop = f"for ({index} k = threadIdx.x; k < {length}; k += {block})"
-            reduce_line, writer = "acc = sg_block_reduce(acc);", "if (threadIdx.x == 0)"
-            grid = max(1, min(rows, 65535))
+            post, result = finish(args, "acc")
+            writer = {"thread": "", "warp": "if ((threadIdx.x & 31) == 0)"}.get(
+                mode, "if (threadIdx.x == 0)"
+            )
+            tail = [f"{writer} {{", *(f"  {line}" for line in post), f"  out[r] = {result};", "}"]
         src_lines = [
-            f"// {node.op} over {length} element(s) of {rows} row(s), {mode} per row",
+            f"// {node.op} over {length} element(s) of {rows} row(s), {mode} per row"
+            + (", then the result broadcast back over each row" if broadcast else ""),
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
             f"  {row_loop} {{",
@@ -257,10 +273,7 @@ class _ReduceEmitter(_EmitterBase):
             f"      acc.update({value}, k);",
             "    }",
             f"    {reduce_line}",
-            f"    {writer} {{",
-            *(f"      {line}" for line in post),
-            f"      out[r] = {result};",
-            "    }",
+            *(f"    {line}" for line in tail),
             "  }",
             "}",
         ]
@@ -273,79 +286,6 @@ class _ReduceEmitter(_EmitterBase):
         per_row = [m for m in g.epilogue if self.ir.node(m).shape == node.shape]
         per_element = [m for m in g.epilogue if m not in per_row]
         return per_row, (per_row[-1] if per_row else node.name), per_element
-
-    def _broadcast_back_reduction(
-        self, g: Group, kernel: str, tun: KernelTuning, rows: int, length: int, inner: int,
-        in_idx: str, index: str, acc: str, load_value: Any, finish: Any,
-    ) -> list[str]:
-        """A reduction whose result is broadcast back over its rows (``x / x.sum(-1, keepdim)``):
-        each row is reduced, its per-row epilogue evaluated once, then the row is read again
-        (mostly from cache) and the element-wise epilogue written. A thread (strided rows), a
-        warp (rows up to 1024) or a block owns a row; the reduced value reaches all its threads.
-        """
-        ir = self.ir
-        node = ir.node(g.anchor or "")
-        in_shape = ir.shapes[node.args["input"]]
-        per_row, row_result, per_element = self._broadcast_parts(g)
-        out = ir.node(g.output)
-        if tun.rows_per_block == 0:
-            mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
-        else:
-            mode = "block" if tun.rows_per_block == 1 else "warp"
-        block = min(tun.block_size, 1024)
-        args = _Args(ir)
-        pre, value = load_value(args, {})
-        row_lines, row_value = finish(args, "acc", per_row, row_result)
-        env = {row_result: row_value}
-        element_lines = self.exprs(per_element, in_shape, "i", env, args)
-        if mode == "thread":
-            row_loop = (
-                f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {rows}; "
-                f"r += ({index})gridDim.x * {block})"
-            )
-            k_loop, reduce_line = f"for ({index} k = 0; k < {length}; ++k)", ""
-            grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
-        elif mode == "warp":
-            warps = block // 32
-            row_loop = (
-                f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {rows}; "
-                f"r += ({index})gridDim.x * {warps})"
-            )
-            k_loop = f"for ({index} k = threadIdx.x & 31; k < {length}; k += 32)"
-            reduce_line = "acc = sg_warp_reduce(acc);"
-            grid = max(1, min(math.ceil(rows / warps), _MAX_GRID))
-        else:
-            row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
-            k_loop = f"for ({index} k = threadIdx.x; k < {length}; k += {block})"
-            reduce_line = "acc = sg_block_reduce(acc);"
-            grid = max(1, min(rows, 65535))
-        otype = _CTYPE.get(out.dtype, "float")
-        unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
-        src_lines = [
-            f"// {node.op} over {length} element(s) of {rows} row(s), {mode} per row, then the "
-            f"result broadcast back over each row ({len(per_element)} op(s) per element)",
-            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
-            f"  {row_loop} {{",
-            f"    {acc} acc = {acc}::init();",
-            f"    {unroll}",
-            f"    {k_loop} {{",
-            f"      const {index} i = {in_idx};",
-            *(f"      {line}" for line in pre),
-            f"      acc.update({value}, k);",
-            "    }",
-            f"    {reduce_line}",
-            *(f"    {line}" for line in row_lines),
-            f"    {unroll}",
-            f"    {k_loop} {{",
-            f"      const {index} i = {in_idx};",
-            *(f"      {line}" for line in element_lines),
-            f"      out[i] = {env[out.name]};",
-            "    }",
-            "  }",
-            "}",
-        ]
-        return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
     def _column_split_reduction(
         self,
@@ -577,7 +517,7 @@ class _ReduceEmitter(_EmitterBase):
         per_block = block // threads
         args = _Args(ir, vector=vec)
         pre, value = load_value(args, {})
-        post, result = finish(_Args(ir, refs=args.refs), "acc")
+        post, result = ([], "") if broadcast else finish(_Args(ir, refs=args.refs), "acc")
         otype = _CTYPE.get(out.dtype, "float")
         unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
         inside = f"u < {nu}" if nu % (threads * batch) else "true"
