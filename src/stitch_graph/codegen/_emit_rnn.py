@@ -55,6 +55,11 @@ def _gru_update(bias: bool) -> list[str]:
     ]
 
 
+def _head(block: int, name: str, params: list[str]) -> str:
+    """The opening line of a launchable kernel."""
+    return f'extern "C" __global__ __launch_bounds__({block}) void {name}({", ".join(params)}) {{'
+
+
 class _RnnEmitter(_EmitterBase):
     """Host loop and kernels of an ``lstm``/``gru`` node (``rnn``)."""
 
@@ -83,13 +88,11 @@ class _RnnEmitter(_EmitterBase):
             f"constexpr int H = {hidden}, GH = {gates}, N = {n}, DH = {dirs * hidden};",
             f"constexpr long long SB = {sb}, ST = {st};",
         ]
+        c_in, c_out = (["const float* __restrict__ c0"], ["float* __restrict__ c"]) if lstm else ([], [])
         init = [
-            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_init('
-            "const float* __restrict__ h0, "
-            + ("const float* __restrict__ c0, " if lstm else "")
-            + "float* __restrict__ hp, float* __restrict__ hn, "
-            + ("float* __restrict__ c, " if lstm else "")
-            + "int s) {",
+            _head(block, f"{kernel}_init", ["const float* __restrict__ h0", *c_in,
+                                            "float* __restrict__ hp", "float* __restrict__ hn",
+                                            *c_out, "int s"]),
             f"  constexpr int N = {n};",
             "  const long long slot = (long long)s * N;",
             _ELEMENTS,
@@ -102,12 +105,12 @@ class _RnnEmitter(_EmitterBase):
         update = _lstm_update(bias) if lstm else _gru_update(bias)
         step = [
             f"// {node.op} time step: {batch} x {hidden} hidden units, one thread each",
-            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_step('
-            "const float* __restrict__ gx, const float* __restrict__ gh, "
-            + ("const float* __restrict__ bi, const float* __restrict__ bh, " if bias else "")
-            + "float* __restrict__ hp, "
-            + ("float* __restrict__ c, " if lstm else "")
-            + "float* __restrict__ hn, float* __restrict__ y, int t, int s, int d) {",
+            _head(block, f"{kernel}_step", [
+                "const float* __restrict__ gx", "const float* __restrict__ gh",
+                *(["const float* __restrict__ bi", "const float* __restrict__ bh"] if bias else []),
+                "float* __restrict__ hp", *c_out, "float* __restrict__ hn", "float* __restrict__ y",
+                "int t", "int s", "int d",
+            ]),
             *(f"  {line}" for line in consts),
             "  const long long slot = (long long)s * N;",
             _ELEMENTS,
