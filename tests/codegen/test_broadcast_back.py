@@ -107,7 +107,8 @@ def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     task, program = _generate(body, (6, 50))
     assert program.kernel_source.count(FUSED) == 2
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
-    assert len(kernels.launched) == 2, kernels.launched
+    # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
+    assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
 
 
 @pytest.mark.usefixtures("few_rows")
@@ -132,3 +133,12 @@ def test_rows_enough_to_fill_the_gpu_are_needed(shape: tuple[int, ...], fused: b
     dim = 1 if len(shape) == 3 else -1
     _, program = _generate(f"return x / x.sum(dim={dim}, keepdim=True)", shape)
     assert (FUSED in program.kernel_source) is fused
+
+
+@pytest.mark.usefixtures("few_rows")
+def test_unfused_on_feedback_the_rewrite_becomes_a_pointwise_kernel(tmp_path: Path) -> None:
+    task, program = _generate(RMS, (3, 5, 64), _knobs(fuse=False))
+    assert FUSED not in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
+    assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
