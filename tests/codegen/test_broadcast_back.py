@@ -108,6 +108,7 @@ def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     assert program.kernel_source.count(FUSED) == 2
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
+    print("LAUNCHED", kernels.launched)
     assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
 
 
@@ -141,4 +142,5 @@ def test_unfused_on_feedback_the_rewrite_becomes_a_pointwise_kernel(tmp_path: Pa
     assert FUSED not in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
+    print("LAUNCHED", kernels.launched)
     assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
