@@ -107,9 +107,7 @@ def test_softmax_written_out_takes_two_such_kernels(tmp_path: Path) -> None:
     task, program = _generate(body, (6, 50))
     assert program.kernel_source.count(FUSED) == 2
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
-    # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
-    print("LAUNCHED", kernels.launched)
-    assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
+    assert len(kernels.launched) == 2, kernels.launched
 
 
 @pytest.mark.usefixtures("few_rows")
@@ -142,5 +140,4 @@ def test_unfused_on_feedback_the_rewrite_becomes_a_pointwise_kernel(tmp_path: Pa
     assert FUSED not in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
-    print("LAUNCHED", kernels.launched)
     assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
