@@ -107,6 +107,14 @@ def test_dropout_between_layers_in_training_stays_in_pytorch() -> None:
     assert "lstm" in emit_candidate(ir, plan).declared_torch_ops
 
 
+def test_a_strided_input_stays_in_pytorch() -> None:
+    source = _problem("GRU", body="return self.rnn(x.transpose(0, 1).contiguous().transpose(0, 1)"
+                                  ", h0)[0]")
+    ir = capture_program(load_task(source))
+    plan = plan_program(ir)
+    assert any("contiguous" in reason for reason in plan.unsupported_ops), plan.unsupported_ops
+
+
 def test_plan_asks_for_graph_replay() -> None:
     ir = capture_program(load_task(CASES["gru_two_layers_time_first"]))
     plan = plan_program(ir)

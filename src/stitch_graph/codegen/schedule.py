@@ -82,6 +82,8 @@ def _rnn_unsupported(ir: ProgramIR, node: OpNode) -> str:
         return "needs its weights as tensors"
     if any(ir.dtypes.get(r, "float32") != "float32" for r in [x, *hx, *params]):
         return "float32 only"
+    if not all(ir.is_contiguous(r) for r in [x, *hx, *params]):
+        return "needs contiguous input, state and weights"
     if node.args.get("train") and float(node.args.get("dropout") or 0) > 0:
         return "dropout between layers in training mode"
     layers = int(node.args["num_layers"]) * (2 if node.args.get("bidirectional") else 1)
