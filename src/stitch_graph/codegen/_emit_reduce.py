@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stitch_graph.codegen._emit_base import (
@@ -132,6 +133,22 @@ def _two_stage_launch(
     ]
 
 
+@dataclass(frozen=True)
+class _Reduction:
+    """One reduction group as every kernel variant sees it: its rows, their layout, the
+    accumulator, and the closures that load a value and finish a row."""
+
+    g: Group
+    kernel: str
+    rows: int
+    length: int
+    in_idx: str  # element of row r, position k, in the input
+    index: str  # "int" or "long long"
+    acc: str
+    load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]]
+    finish: Callable[..., tuple[list[str], str]]
+
+
 class _ReduceEmitter(_EmitterBase):
     """Reduction kernels (``reduction`` and its variants)."""
 
@@ -197,20 +214,18 @@ class _ReduceEmitter(_EmitterBase):
                                 env, args)
             return lines, env[result_of or out.name]
 
+        red = _Reduction(g, kernel, rows, length, in_idx, index, acc, load_value, finish)
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
         broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
         row_kernel = tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE
         if broadcast and row_kernel:
-            return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value,
-                                       finish, broadcast=self._broadcast_parts(g))
+            return self._row_reduction(red, tun, broadcast=self._broadcast_parts(g))
         split = tun.split_reduction
         if split is None:
             split = rows < 132 and length >= 65536 and node.op in _SPLITTABLE
         split = bool(split) and node.op in _SPLITTABLE and not broadcast
         if split:
-            return self._split_reduction(
-                g, kernel, tun, rows, length, in_idx, index, acc, load_value, finish
-            )
+            return self._split_reduction(red, tun)
         if tun.rows_per_block == 0:
             mode = "thread" if inner >= 32 else ("warp" if length <= 1024 else "block")
         else:
@@ -227,14 +242,10 @@ class _ReduceEmitter(_EmitterBase):
                     and numel(in_shape) >= 2**22
                     and tun.split_reduction is not False
                 ):
-                    return self._column_split_reduction(
-                        g, kernel, tun, rows, length, splits, in_idx, index, acc, load_value, finish
-                    )
-                return self._column_tile_reduction(
-                    g, kernel, rows, length, slices, lanes, in_idx, index, acc, load_value, finish
-                )
+                    return self._column_split_reduction(red, tun, splits)
+                return self._column_tile_reduction(red, slices, lanes)
         elif row_kernel and length * rows > 0 and not broadcast:
-            return self._row_reduction(g, kernel, tun, rows, length, index, acc, load_value, finish)
+            return self._row_reduction(red, tun)
         block = tun.block_size
         if mode == "block":
             block = min(block, 1024)
@@ -289,23 +300,17 @@ class _ReduceEmitter(_EmitterBase):
 
     def _column_split_reduction(
         self,
-        g: Group,
-        kernel: str,
+        red: _Reduction,
         tun: KernelTuning,
-        rows: int,
-        length: int,
         splits: int,
-        in_idx: str,
-        index: str,
-        acc: str,
-        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[[_Args, str], tuple[list[str], str]],
     ) -> list[str]:
         """Thread per (output, chunk) writing a partial, then thread per output combining them.
 
         Consecutive threads take consecutive outputs, which lie side by side in memory, so both
         stages read coalesced; no shared memory or shuffles are needed.
         """
+        g, kernel, rows, length, in_idx = red.g, red.kernel, red.rows, red.length, red.in_idx
+        index, acc, load_value, finish = red.index, red.acc, red.load_value, red.finish
         ir = self.ir
         out = ir.node(g.output)
         block = min(tun.block_size, 1024)
@@ -358,17 +363,9 @@ class _ReduceEmitter(_EmitterBase):
 
     def _column_tile_reduction(
         self,
-        g: Group,
-        kernel: str,
-        rows: int,
-        length: int,
+        red: _Reduction,
         slices: int,
         lanes: int,
-        in_idx: str,
-        index: str,
-        acc: str,
-        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[[_Args, str], tuple[list[str], str]],
     ) -> list[str]:
         """One launch for a reduction whose outputs lie side by side and are too few to fill the
         GPU with a thread each.
@@ -379,6 +376,8 @@ class _ReduceEmitter(_EmitterBase):
         neighbouring chunks only, so the result is deterministic and keeps the first-index
         tie and NaN rules of the arg reductions.
         """
+        g, kernel, rows, length, in_idx = red.g, red.kernel, red.rows, red.length, red.in_idx
+        index, acc, load_value, finish = red.index, red.acc, red.load_value, red.finish
         ir = self.ir
         node = ir.node(g.anchor or "")
         out = ir.node(g.output)
@@ -447,15 +446,8 @@ class _ReduceEmitter(_EmitterBase):
 
     def _row_reduction(
         self,
-        g: Group,
-        kernel: str,
+        red: _Reduction,
         tun: KernelTuning,
-        rows: int,
-        length: int,
-        index: str,
-        acc: str,
-        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[..., tuple[list[str], str]],
         broadcast: tuple[list[str], str, list[str]] | None = None,
     ) -> list[str]:
         """Reduction over contiguous rows (the last dims): float4 loads when every full-size
@@ -464,14 +456,14 @@ class _ReduceEmitter(_EmitterBase):
         them, and a group of threads per row sized by ``_row_threads`` (several short rows a
         warp, a block for long ones). With ``broadcast`` (``_broadcast_parts``) the row's threads
         then rewrite the row with the element-wise epilogue instead of storing the reduction."""
+        g, kernel, length = red.g, red.kernel, red.length
         out = self.ir.node(g.output)
         alloc = (
             f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
             f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
         )
         scalar_src, sargs, _, slaunch = self._row_reduction_variant(
-            g, kernel, rows, length, index, acc, load_value, finish, vec=False,
-            broadcast=broadcast,
+            red, kernel, vec=False, broadcast=broadcast
         )
         self.kernels.append("\n".join(scalar_src))
         py_args = ", ".join([*(_py(r) for r in sargs.refs), out.name])
@@ -479,8 +471,7 @@ class _ReduceEmitter(_EmitterBase):
         if tun.vector_width != 4 or length % 4 or out.dtype != "float32":
             return [alloc, launch]
         vsrc, vargs, aligned, vlaunch = self._row_reduction_variant(
-            g, f"{kernel}_v4", rows, length, index, acc, load_value, finish, vec=True,
-            broadcast=broadcast,
+            red, f"{kernel}_v4", vec=True, broadcast=broadcast
         )
         if not aligned or vargs.refs != sargs.refs:
             return [alloc, launch]
@@ -490,14 +481,8 @@ class _ReduceEmitter(_EmitterBase):
 
     def _row_reduction_variant(
         self,
-        g: Group,
+        red: _Reduction,
         name: str,
-        rows: int,
-        length: int,
-        index: str,
-        acc: str,
-        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[..., tuple[list[str], str]],
         *,
         vec: bool,
         broadcast: tuple[list[str], str, list[str]] | None = None,
@@ -505,6 +490,8 @@ class _ReduceEmitter(_EmitterBase):
         """Source, arguments, float4 operands and ``(grid, block)`` of one ``_row_reduction``
         kernel. A thread's units (float4 chunks or elements) are ``t + c * threads``; the loads
         of a batch of units are all issued before the first is reduced."""
+        g, rows, length, index, acc = red.g, red.rows, red.length, red.index, red.acc
+        load_value, finish = red.load_value, red.finish
         ir = self.ir
         node = ir.node(g.anchor or "")
         out = ir.node(g.output)
@@ -648,17 +635,11 @@ class _ReduceEmitter(_EmitterBase):
 
     def _split_reduction(
         self,
-        g: Group,
-        kernel: str,
+        red: _Reduction,
         tun: KernelTuning,
-        rows: int,
-        length: int,
-        in_idx: str,
-        index: str,
-        acc: str,
-        load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]],
-        finish: Callable[[_Args, str], tuple[list[str], str]],
     ) -> list[str]:
+        g, kernel, rows, length, in_idx = red.g, red.kernel, red.rows, red.length, red.in_idx
+        index, acc, load_value, finish = red.index, red.acc, red.load_value, red.finish
         ir = self.ir
         out = ir.node(g.output)
         block = min(tun.block_size, 1024)
