@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_emulation import check_on_cpu
+from cpu_emulation import check_on_cpu, generate_checked
 
-from stitch_graph.codegen import capture_program, emit_candidate, plan_program, schedule
+from stitch_graph.codegen import schedule
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
-from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-from stitch_graph.verify import check_candidate
 
 _PROBLEM = """
 import torch
@@ -53,14 +50,10 @@ def few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _generate(body: str, shape: tuple[int, ...], tuning: Tuning | None = None) -> tuple[Any, Any]:
     lines = "\n".join(f"        {line}" for line in body.splitlines())
-    task = load_task(_PROBLEM.format(body=lines, shape=", ".join(map(str, shape)),
-                                     last=shape[-1]))
-    ir = capture_program(task)
-    program = emit_candidate(ir, plan_program(ir), tuning=tuning)
+    task, program = generate_checked(
+        _PROBLEM.format(body=lines, shape=", ".join(map(str, shape)), last=shape[-1]), tuning
+    )
     assert not program.declared_torch_ops
-    assert not check_candidate(program, reference_source=task.source).rejected
-    if find_nvcc() is not None:
-        assert nvcc_compile(program.kernel_source).ok
     return task, program
 
 

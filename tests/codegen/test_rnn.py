@@ -8,15 +8,12 @@ bidirectional, batch-first or time-first, with and without biases, every output 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from cpu_emulation import check_on_cpu
+from cpu_emulation import check_on_cpu, generate_checked
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-from stitch_graph.verify import check_candidate
 
 _PROBLEM = """
 import torch
@@ -61,16 +58,6 @@ def _problem(cls: str, *, layers: int = 2, bias: bool = True, batch_first: bool 
     )
 
 
-def _generate(source: str) -> tuple[Any, Any]:
-    task = load_task(source)
-    ir = capture_program(task)
-    program = emit_candidate(ir, plan_program(ir))
-    assert not check_candidate(program, reference_source=task.source).rejected
-    if find_nvcc() is not None:
-        assert nvcc_compile(program.kernel_source).ok
-    return task, program
-
-
 CASES = {  # name: (problem, layers x directions)
     "lstm_two_layers": (_problem("LSTM"), 2),
     "lstm_bidirectional_all_outputs": (_problem(
@@ -88,7 +75,7 @@ CASES = {  # name: (problem, layers x directions)
 @pytest.mark.parametrize("name", list(CASES))
 def test_rnn_matches_pytorch(name: str, tmp_path: Path) -> None:
     source, layers = CASES[name]
-    task, program = _generate(source)
+    task, program = generate_checked(source)
     assert not program.declared_torch_ops, program.notes
     assert "_step(" in program.host_source and "for _t in range(" in program.host_source
     kernels = check_on_cpu(task, program, tmp_path)

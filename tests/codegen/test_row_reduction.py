@@ -13,13 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from cpu_emulation import load_on_cpu
+from cpu_emulation import generate_checked, load_on_cpu
 
-from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen._emit_reduce import _row_threads
-from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-from stitch_graph.verify import check_candidate
 
 _PROBLEM = """
 import torch
@@ -43,13 +39,7 @@ ROW = "thread(s) a row"
 
 
 def _generate(expr: str, shape: str, wshape: str = "1") -> tuple[Any, Any]:
-    task = load_task(_PROBLEM.format(expr=expr, shape=shape, wshape=wshape))
-    ir = capture_program(task)
-    program = emit_candidate(ir, plan_program(ir))
-    assert not check_candidate(program, reference_source=task.source).rejected
-    if find_nvcc() is not None:
-        assert nvcc_compile(program.kernel_source).ok
-    return task, program
+    return generate_checked(_PROBLEM.format(expr=expr, shape=shape, wshape=wshape))
 
 
 def _run(task: Any, program: Any, tmp_path: Path, shift: int = 0, poison: list | None = None):
