@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stitch_graph.cli import main
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "tests" / "graph" / "graph.mmd"

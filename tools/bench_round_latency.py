@@ -60,7 +60,7 @@ def _machine() -> dict[str, str]:
         info["cupy"] = cupy.__version__
     except ImportError:
         info["cupy"] = "missing"
-    from stitch_graph.tools.nvcc import nvcc_version
+    from stitch_graph.toolchain.nvcc import nvcc_version
 
     info["nvcc"] = (nvcc_version() or "missing").splitlines()[-1]
     return info
@@ -90,7 +90,7 @@ class _Recorder:
 def _round(task: Any, candidate: Any, settings: Any, executor: _Recorder, *,
            ncu: bool) -> dict[str, Any]:
     from stitch_graph.execution import profile_candidate, verify_candidate
-    from stitch_graph.tools.nvcc import nvcc_compile
+    from stitch_graph.toolchain.nvcc import nvcc_compile
 
     seen = len(executor.jobs)
     start = time.perf_counter()

@@ -24,18 +24,18 @@ _EXPORTS: dict[str, str] = {
     "TestResult": "stitch_graph.artifacts",
     "TimingResult": "stitch_graph.artifacts",
     "TodoItem": "stitch_graph.artifacts",
-    "artifact_serializer": "stitch_graph.checkpoint",
-    "memory_checkpointer": "stitch_graph.checkpoint",
-    "sqlite_checkpointer": "stitch_graph.checkpoint",
-    "StitchContext": "stitch_graph.context",
-    "draw": "stitch_graph.drawing",
+    "artifact_serializer": "stitch_graph.graph.checkpoint",
+    "memory_checkpointer": "stitch_graph.graph.checkpoint",
+    "sqlite_checkpointer": "stitch_graph.graph.checkpoint",
+    "StitchContext": "stitch_graph.agents.context",
+    "draw": "stitch_graph.graph.drawing",
     "build_agent_graph": "stitch_graph.graph",
     "build_stitch_graph": "stitch_graph.graph",
     "create_stitch_graph": "stitch_graph.graph",
-    "StitchInput": "stitch_graph.state",
-    "StitchOutput": "stitch_graph.state",
-    "StitchState": "stitch_graph.state",
-    "as_tool": "stitch_graph.subagent",
+    "StitchInput": "stitch_graph.agents.state",
+    "StitchOutput": "stitch_graph.agents.state",
+    "StitchState": "stitch_graph.agents.state",
+    "as_tool": "stitch_graph.graph.subagent",
     "TaskLoadError": "stitch_graph.task",
     "load_task": "stitch_graph.task",
 }
@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from stitch_graph.agents.context import StitchContext
+    from stitch_graph.agents.state import StitchInput, StitchOutput, StitchState
     from stitch_graph.artifacts import (
         BestProgram,
         Candidate,
@@ -82,16 +84,14 @@ if TYPE_CHECKING:
         TimingResult,
         TodoItem,
     )
-    from stitch_graph.checkpoint import (
+    from stitch_graph.graph import build_agent_graph, build_stitch_graph, create_stitch_graph
+    from stitch_graph.graph.checkpoint import (
         artifact_serializer,
         memory_checkpointer,
         sqlite_checkpointer,
     )
-    from stitch_graph.context import StitchContext
-    from stitch_graph.drawing import draw
-    from stitch_graph.graph import build_agent_graph, build_stitch_graph, create_stitch_graph
-    from stitch_graph.state import StitchInput, StitchOutput, StitchState
-    from stitch_graph.subagent import as_tool
+    from stitch_graph.graph.drawing import draw
+    from stitch_graph.graph.subagent import as_tool
     from stitch_graph.task import TaskLoadError, load_task
 
 

@@ -289,6 +289,28 @@ class HackFinding(BaseModel):
     line: int | None = None
 
 
+class HackReport(BaseModel):
+    """What the static checks found in one candidate.
+
+    ``findings`` are reasons to refuse the candidate; ``declared_uses`` are the PyTorch ops it
+    openly leaves to PyTorch (bare names), and ``notes`` describe where they are used.
+    """
+
+    findings: list[HackFinding] = Field(default_factory=list)
+    declared_uses: list[str] = Field(default_factory=list)
+    notes: list[HackFinding] = Field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        """Whether any finding should keep the candidate from running or scoring."""
+        return bool(self.findings)
+
+    @property
+    def rules(self) -> list[str]:
+        """The distinct rules that fired, sorted."""
+        return sorted({f.rule for f in self.findings})
+
+
 FeedbackCategory = Literal[
     "compile_error", "wrong_result", "runtime_error", "hack", "bottleneck", "item_done", "done"
 ]

@@ -270,10 +270,10 @@ def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):  # no
 def generate_checked(source: str, tuning: Any = None) -> tuple[Any, Any]:
     """The task of a problem's ``source`` and its generated program, after asserting that the
     static checks accept the program and, where nvcc is installed, that its kernels compile."""
+    from stitch_graph.checks import check_candidate
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.task import load_task
-    from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-    from stitch_graph.verify import check_candidate
+    from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
 
     task = load_task(source)
     ir = capture_program(task)

@@ -26,7 +26,7 @@ from stitch_graph.codegen import (
 )
 from stitch_graph.codegen.ops import lookup
 from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
+from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = sorted((ROOT / "problems").glob("*/*.py"))
@@ -209,7 +209,7 @@ def test_registry_is_one_table() -> None:
 
 def test_every_step_of_every_suite_problem_passes_the_hack_checks():
     """Partial programs (items not yet generated stay in PyTorch) must declare what they use."""
-    from stitch_graph.verify import check_candidate
+    from stitch_graph.checks import check_candidate
 
     problems = sorted((Path(__file__).resolve().parents[2] / "problems").rglob("[0-9]*.py"))
     assert problems

@@ -14,11 +14,11 @@ import pytest
 import torch
 from cpu_emulation import load_on_cpu
 
+from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen._emit_reduce import _column_splits, _column_tile
 from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-from stitch_graph.verify import check_candidate
+from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
 
 _PROBLEM = """
 import torch

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from cpu_emulation import check_on_cpu
 
+from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import (
     KernelTuning,
     Tuning,
@@ -34,8 +35,7 @@ from stitch_graph.codegen import _emit_conv as conv_mod
 from stitch_graph.codegen import emit as emit_mod
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
-from stitch_graph.tools.nvcc import find_nvcc, nvcc_compile
-from stitch_graph.verify import check_candidate
+from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
 
 _TEMPLATE = """
 import math

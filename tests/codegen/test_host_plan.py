@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stitch_graph.checks.hacks import check_candidate
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen.tuning import Tuning
 from stitch_graph.task import load_task
-from stitch_graph.verify.hacks import check_candidate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -85,7 +85,7 @@ def test_arch_matches():
 
 
 def test_settings_from_context():
-    from stitch_graph.context import StitchContext
+    from stitch_graph.agents.context import StitchContext
 
     ctx = StitchContext(atol=1e-3, correctness_trials=5, timeout_s=7.0)
     settings = RunSettings.from_context(ctx)

@@ -74,7 +74,7 @@ def test_honest_candidate_passes_and_is_timed(folder, settings, executor):
 
 
 def test_cubin_from_nvcc_is_used(settings, executor):
-    from stitch_graph.tools.nvcc import nvcc_compile
+    from stitch_graph.toolchain.nvcc import nvcc_compile
 
     candidate, meta = load_candidate_dir(HEALTHY)
     compiled = nvcc_compile(

@@ -22,7 +22,7 @@ from stitch_graph import (
     sqlite_checkpointer,
 )
 from stitch_graph.agents.verifier import verifier_node
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 SNAPSHOT = Path(__file__).with_name("graph.mmd")
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")

@@ -7,7 +7,7 @@ from fakes import ScriptedChatModel, ScriptedExecutor, call, passed
 from test_routing import PROBLEM, program
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

@@ -15,7 +15,7 @@ import pytest
 from test_routing import HOST, KERNEL, PROBLEM
 
 from stitch_graph.cli import main
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

@@ -12,7 +12,7 @@ from langgraph.types import Command
 from test_routing import KERNEL, PROBLEM, plan_answer, program
 
 from stitch_graph import load_task
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")

@@ -7,7 +7,7 @@ from fakes import ScriptedChatModel, ScriptedExecutor, call, passed, profile, wr
 from langchain_core.messages import AIMessage, ToolMessage
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 
@@ -232,8 +232,8 @@ def test_model_verifier_calls_its_tools_then_sends_findings_to_the_planner(
 
 
 def test_round_records_are_keyed_by_round():
+    from stitch_graph.agents.state import append_records
     from stitch_graph.artifacts import RoundRecord
-    from stitch_graph.state import append_records
 
     first = [RoundRecord(round=1, summary="analysing"), RoundRecord(round=2)]
     merged = append_records(first, [RoundRecord(round=1, summary="done"), RoundRecord(round=3)])

@@ -10,7 +10,7 @@ from test_routing import BROKEN_KERNEL, KERNEL, PROBLEM, plan_answer, program
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task, sqlite_checkpointer
 from stitch_graph.cli import main
-from stitch_graph.tools.nvcc import find_nvcc
+from stitch_graph.toolchain.nvcc import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

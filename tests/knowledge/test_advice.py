@@ -9,8 +9,8 @@ from stitch_graph.artifacts import (
     KernelResources,
     ProfileReport,
 )
+from stitch_graph.cli.knowledge import cmd_search
 from stitch_graph.knowledge.advice import advice_for_compile, advice_for_profile
-from stitch_graph.knowledge.cli import cmd_search
 from stitch_graph.knowledge.tool import search_cuda_knowledge
 
 MEMORY_ENTRIES = {

@@ -15,6 +15,7 @@ from stitch_graph.artifacts import (
     TimingResult,
     TodoItem,
 )
+from stitch_graph.checks import HackReport
 from stitch_graph.reward import (
     IMPROVE_FILE,
     WRITE_FILE,
@@ -25,7 +26,6 @@ from stitch_graph.reward import (
     export_training_data,
     write_task_samples,
 )
-from stitch_graph.verify import HackReport
 
 TASK = Task(name="add_relu", source="class Model: ...\n")
 ITEM = TodoItem(id="k1", kernel="add_relu", ops=["add", "relu"], kind="pointwise")

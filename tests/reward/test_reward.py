@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stitch_graph.artifacts import HackFinding, TestResult, TimingResult
+from stitch_graph.checks import HackReport
 from stitch_graph.reward import RewardConfig, RubricScores, compute_reward
-from stitch_graph.verify import HackReport
 
 PASSED = TestResult(status="passed")
 FULL = RubricScores(anti_hacking=1, cuda_engineering=1, coverage=1, skill_compliance=1)

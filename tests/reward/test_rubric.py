@@ -11,6 +11,7 @@ from stitch_graph.artifacts import (
     HackFinding,
     KernelResources,
 )
+from stitch_graph.checks import HackReport
 from stitch_graph.reward import (
     RubricScores,
     launch_configs,
@@ -19,7 +20,6 @@ from stitch_graph.reward import (
     score_rubric,
     score_skill_compliance,
 )
-from stitch_graph.verify import HackReport
 
 PLAIN = """
 extern "C" __global__ void add_relu(const float* x, const float* b, float* out, int n) {

@@ -20,12 +20,12 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
+from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.llm import model_label, resolve_model
+from stitch_graph.agents.progress import emit
 from stitch_graph.agents.tool_loop import agent_turn
+from stitch_graph.agents.tools import coder_tools
 from stitch_graph.artifacts import AgentFailure, Candidate, Feedback, Plan, Task, TodoItem
-from stitch_graph.context import StitchContext, resolve_context
-from stitch_graph.progress import emit
-from stitch_graph.tools.agent_tools import coder_tools
 
 
 class CandidateDraft(BaseModel):

@@ -13,8 +13,8 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.config import get_stream_writer
 
+from stitch_graph.agents.progress import emit
 from stitch_graph.artifacts import BestProgram, RunReport
-from stitch_graph.progress import emit
 
 
 def _speedups(best: BestProgram) -> str:

@@ -16,8 +16,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from pydantic import BaseModel
 
+from stitch_graph.agents.context import ModelSpec, StructuredMethod
 from stitch_graph.artifacts import AgentFailure
-from stitch_graph.context import ModelSpec, StructuredMethod
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 

@@ -16,7 +16,9 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
+from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.llm import model_label, resolve_model, structured_call
+from stitch_graph.agents.progress import emit
 from stitch_graph.artifacts import (
     AgentFailure,
     Feedback,
@@ -26,8 +28,6 @@ from stitch_graph.artifacts import (
     Task,
     TodoItem,
 )
-from stitch_graph.context import StitchContext, resolve_context
-from stitch_graph.progress import emit
 
 
 class TodoDraft(BaseModel):

@@ -16,9 +16,9 @@ from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMe
 from langchain_core.tools import BaseTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from stitch_graph.agents.context import StitchContext
 from stitch_graph.agents.llm import SchemaT, final_answer, structured_call
 from stitch_graph.artifacts import AgentFailure
-from stitch_graph.context import StitchContext
 
 
 @dataclass

@@ -22,8 +22,11 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from stitch_graph.agents import prompts
+from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.llm import resolve_model
+from stitch_graph.agents.progress import emit
 from stitch_graph.agents.tool_loop import agent_turn
+from stitch_graph.agents.tools import verifier_tools
 from stitch_graph.artifacts import (
     AgentFailure,
     BestProgram,
@@ -38,9 +41,6 @@ from stitch_graph.artifacts import (
     TestResult,
     TimingResult,
 )
-from stitch_graph.context import StitchContext, resolve_context
-from stitch_graph.progress import emit
-from stitch_graph.tools.agent_tools import verifier_tools
 
 REFERENCE_FAILED = "reference failed"
 
@@ -58,7 +58,7 @@ class AnalysisDraft(BaseModel):
 
 def compile_candidate(candidate: Candidate, ctx: StitchContext) -> CompileResult:
     """Build the candidate with the real nvcc in the form it declares."""
-    from stitch_graph.tools.nvcc import nvcc_compile
+    from stitch_graph.toolchain.nvcc import nvcc_compile
 
     work_dir = f"{ctx.work_dir}/builds" if ctx.work_dir else None
     if candidate.form == "nvcc_shared":
@@ -344,7 +344,7 @@ def verifier_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dic
     )
     emit(writer, "verifier", "checking", round=rounds, item=item_id)
 
-    from stitch_graph.verify.hacks import check_candidate
+    from stitch_graph.checks.hacks import check_candidate
 
     hacks = check_candidate(candidate, reference_source=task.source)
     update["hack_report"] = hacks

@@ -113,7 +113,7 @@ def prepare_program(
             form="nvcc_shared", build_dir=str(build_dir), library_path=artifact, arch=arch,
             cached=True,
         )
-    from stitch_graph.tools.nvcc import nvcc_compile
+    from stitch_graph.toolchain.nvcc import nvcc_compile
 
     libraries, flags = library_flags(candidate.link_libraries)
     result = nvcc_compile(
@@ -163,7 +163,7 @@ def library_flags(libraries: Sequence[str]) -> tuple[list[str], list[str]]:
     Returns:
         ``(libraries, extra_flags)`` for ``nvcc_compile``.
     """
-    from stitch_graph.tools.nvcc import find_nvcc
+    from stitch_graph.toolchain.nvcc import find_nvcc
 
     nvcc = find_nvcc()
     root = Path(nvcc).resolve().parent.parent if nvcc else None

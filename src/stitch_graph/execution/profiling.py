@@ -231,7 +231,7 @@ def profile_candidate(
 
     if not gpu_available():
         return ProfileReport(status="not_run", source="ncu", reason="not run: no GPU")
-    from stitch_graph.tools.ncu import (
+    from stitch_graph.toolchain.ncu import (
         find_ncu,
         ncu_command,
         parse_ncu_csv,

@@ -19,13 +19,13 @@ from pydantic import BaseModel, Field
 from stitch_graph.artifacts import (
     Candidate,
     Feedback,
+    HackReport,
     Task,
     TestResult,
     TimingResult,
     TodoItem,
 )
 from stitch_graph.reward.reward import RewardBreakdown
-from stitch_graph.verify.hacks import HackReport
 
 __all__ = [
     "IMPROVE_FILE",

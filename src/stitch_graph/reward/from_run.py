@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from stitch_graph.artifacts import Candidate, Feedback, TestResult
+from stitch_graph.artifacts import Candidate, Feedback, HackReport, TestResult
 from stitch_graph.reward.export import RoundSample
 from stitch_graph.reward.reward import RewardConfig, compute_reward
 from stitch_graph.reward.rubric import score_rubric
-from stitch_graph.verify.hacks import HackReport
 
 __all__ = ["samples_from_history", "samples_from_run"]
 

@@ -14,9 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from stitch_graph.artifacts import TestResult, TimingResult
+from stitch_graph.artifacts import HackReport, TestResult, TimingResult
 from stitch_graph.reward.rubric import RubricScores
-from stitch_graph.verify.hacks import HackReport
 
 __all__ = ["RewardBreakdown", "RewardConfig", "compute_reward"]
 

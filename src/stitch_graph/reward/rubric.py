@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
-from stitch_graph.artifacts import Candidate, CompileResult, FeedbackItem
-from stitch_graph.verify.hacks import HACK_RULES, HackReport
-from stitch_graph.verify.opnames import op_keys
+from stitch_graph.artifacts import Candidate, CompileResult, FeedbackItem, HackReport
+from stitch_graph.checks.hacks import HACK_RULES
+from stitch_graph.checks.opnames import op_keys
 
 __all__ = [
     "DECLARED_USE_PENALTY",
@@ -61,7 +61,7 @@ def score_anti_hacking(hack_report: HackReport) -> tuple[float, list[str]]:
     """0 when the hack checks reject the candidate, else 1 minus a penalty per declared op.
 
     Args:
-        hack_report: Result of :func:`stitch_graph.verify.check_candidate`.
+        hack_report: Result of :func:`stitch_graph.checks.check_candidate`.
 
     Returns:
         The score and notes explaining it.
@@ -226,7 +226,7 @@ def score_coverage(
 ) -> tuple[float, list[str]]:
     """Fraction of the reference's ops that the candidate's kernels compute.
 
-    Op names are compared by :func:`stitch_graph.verify.op_key`, so ``"conv2d"`` and
+    Op names are compared by :func:`stitch_graph.checks.op_key`, so ``"conv2d"`` and
     ``"aten.convolution"`` match. An op that is declared as left to PyTorch does not count as
     covered even if it is also listed in ``covered_ops``.
 

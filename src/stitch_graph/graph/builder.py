@@ -15,12 +15,12 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Checkpointer
 
 from stitch_graph.agents.coder import coder_node
+from stitch_graph.agents.context import StitchContext
 from stitch_graph.agents.finalize import finalize_node
 from stitch_graph.agents.planner import planner_node
+from stitch_graph.agents.state import StitchInput, StitchOutput, StitchState
+from stitch_graph.agents.tools import coder_tools, verifier_tools
 from stitch_graph.agents.verifier import verifier_node
-from stitch_graph.context import StitchContext
-from stitch_graph.state import StitchInput, StitchOutput, StitchState
-from stitch_graph.tools.agent_tools import coder_tools, verifier_tools
 
 
 def route_after_planner(state: StitchState) -> Literal["coder", "finalize"]:
@@ -102,7 +102,7 @@ def create_stitch_graph(
     """The compiled graph, ready to ``invoke``/``stream`` with ``context=StitchContext(...)``.
 
     Args:
-        checkpointer: e.g. ``SqliteSaver`` (see ``stitch_graph.checkpoint``) to persist and resume.
+        checkpointer: e.g. ``SqliteSaver`` (see ``stitch_graph.graph.checkpoint``) to persist and resume.
         name: the graph's name, as a parent graph or supervisor sees it.
         debug: LangGraph debug output.
     """

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from stitch_graph.artifacts import Candidate
-from stitch_graph.verify import HACK_RULES, HackReport, check_candidate
+from stitch_graph.checks import HACK_RULES, HackReport, check_candidate
 
 ADD_RELU_KERNEL = """
 extern "C" __global__ void add_relu(const float* __restrict__ x, const float* __restrict__ b,

@@ -17,27 +17,13 @@ from stitch_graph import artifacts
 
 def artifact_types() -> list[type[BaseModel]]:
     """Every pydantic type that can appear in the graph state."""
-    from stitch_graph.verify.hacks import HackReport
-
-    found = [
+    return [
         obj
         for obj in vars(artifacts).values()
         if isinstance(obj, type)
         and issubclass(obj, BaseModel)
         and obj.__module__ == artifacts.__name__
     ]
-    found.append(HackReport)
-    found.extend(_hack_report_parts(HackReport))
-    return found
-
-
-def _hack_report_parts(report: type[BaseModel]) -> list[type[BaseModel]]:
-    parts = []
-    for field in report.model_fields.values():
-        for arg in getattr(field.annotation, "__args__", ()) or ():
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                parts.append(arg)
-    return parts
 
 
 def artifact_serializer() -> JsonPlusSerializer:

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stitch_graph.artifacts import Bottleneck, KernelMetrics, ProfileReport
-from stitch_graph.tools.locate import find_cuda_tool
-from stitch_graph.tools.process import run_tool
+from stitch_graph.toolchain.locate import find_cuda_tool
+from stitch_graph.toolchain.process import run_tool
 
 __all__ = [
     "BOUND_PCT",

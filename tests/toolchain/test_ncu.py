@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stitch_graph.artifacts import KernelMetrics
-from stitch_graph.tools.ncu import (
+from stitch_graph.toolchain.ncu import (
     classify_bottleneck,
     ncu_command,
     ncu_profile,

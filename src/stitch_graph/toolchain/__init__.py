@@ -4,7 +4,7 @@ Plain functions that never raise on a failed build or profile; they return the a
 ``stitch_graph.artifacts`` so agents (and the LangChain tool wrappers) see structured results.
 """
 
-from stitch_graph.tools.ncu import (
+from stitch_graph.toolchain.ncu import (
     classify_bottleneck,
     find_ncu,
     ncu_command,
@@ -13,7 +13,7 @@ from stitch_graph.tools.ncu import (
     parse_ncu_rules,
     summarize_profile,
 )
-from stitch_graph.tools.nvcc import (
+from stitch_graph.toolchain.nvcc import (
     find_nvcc,
     nvcc_compile,
     nvcc_version,

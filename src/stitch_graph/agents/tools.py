@@ -13,8 +13,8 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 from langgraph.runtime import get_runtime
 
+from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.artifacts import CompileResult, ProfileReport
-from stitch_graph.context import StitchContext, resolve_context
 
 DEFAULT_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
 
@@ -69,7 +69,7 @@ def nvcc_compile_tool(kernel_source: str) -> str:
     Args:
         kernel_source: the complete CUDA translation unit (extern "C" __global__ kernels).
     """
-    from stitch_graph.tools.nvcc import nvcc_compile
+    from stitch_graph.toolchain.nvcc import nvcc_compile
 
     ctx = _context()
     return format_compile_result(

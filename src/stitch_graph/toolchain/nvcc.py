@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Literal
 
 from stitch_graph.artifacts import CompileResult, Diagnostic, KernelResources
-from stitch_graph.tools.locate import find_cuda_tool
-from stitch_graph.tools.process import run_tool
+from stitch_graph.toolchain.locate import find_cuda_tool
+from stitch_graph.toolchain.process import run_tool
 
 __all__ = [
     "HOST_FILE",

@@ -19,10 +19,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field
-
-from stitch_graph.artifacts import Candidate, HackFinding
-from stitch_graph.verify.opnames import bare_op_name, op_key, op_keys
+from stitch_graph.artifacts import Candidate, HackFinding, HackReport
+from stitch_graph.checks.opnames import bare_op_name, op_key, op_keys
 
 __all__ = ["HACK_RULES", "HackReport", "check_candidate"]
 
@@ -424,29 +422,7 @@ def _attribute_chain(node: ast.AST) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------
-# The report
-
-
-class HackReport(BaseModel):
-    """What the static checks found in one candidate.
-
-    ``findings`` are reasons to refuse the candidate; ``declared_uses`` are the PyTorch ops it
-    openly leaves to PyTorch (bare names), and ``notes`` describe where they are used.
-    """
-
-    findings: list[HackFinding] = Field(default_factory=list)
-    declared_uses: list[str] = Field(default_factory=list)
-    notes: list[HackFinding] = Field(default_factory=list)
-
-    @property
-    def rejected(self) -> bool:
-        """Whether any finding should keep the candidate from running or scoring."""
-        return bool(self.findings)
-
-    @property
-    def rules(self) -> list[str]:
-        """The distinct rules that fired, sorted."""
-        return sorted({f.rule for f in self.findings})
+# Collecting findings
 
 
 @dataclass

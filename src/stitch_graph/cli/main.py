@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stitch_graph.context import StitchContext
+from stitch_graph.agents.context import StitchContext
 
 RUNS_DIR = Path("runs")
 
@@ -63,7 +63,7 @@ def _describe(event: dict[str, Any]) -> str:
 
 
 def _write_outputs(out: Path, state: dict[str, Any]) -> None:
-    from stitch_graph.report import render_markdown
+    from stitch_graph.cli.report import render_markdown
 
     report = state.get("report")
     if report is None:
@@ -90,8 +90,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) the loop on one problem."""
     from rich.console import Console
 
-    from stitch_graph.checkpoint import sqlite_checkpointer
     from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.graph.checkpoint import sqlite_checkpointer
     from stitch_graph.task import TaskLoadError, load_task
 
     console = Console(stderr=True, highlight=False)
@@ -178,8 +178,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """Print or write the drawing of the graph."""
-    from stitch_graph.drawing import draw
     from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.graph.drawing import draw
 
     if args.format in ("png", "svg") and not args.output:
         print(f"--format {args.format} writes an image: give --output FILE", file=sys.stderr)
@@ -198,7 +198,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_knowledge(args: argparse.Namespace) -> int:
     """Add documents to the knowledge index, or search it."""
-    from stitch_graph.knowledge.cli import cmd_add, cmd_search
+    from stitch_graph.cli.knowledge import cmd_add, cmd_search
 
     if args.knowledge_command == "add":
         return cmd_add(args.paths)
@@ -207,8 +207,8 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
 
 def cmd_export_training(args: argparse.Namespace) -> int:
     """Write training samples (write-from-task, improve-from-feedback) from finished runs."""
-    from stitch_graph.checkpoint import sqlite_checkpointer
     from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.graph.checkpoint import sqlite_checkpointer
     from stitch_graph.reward import export_training_data
     from stitch_graph.reward.from_run import samples_from_run
 

@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
-from stitch_graph.context import StitchContext
+from stitch_graph.agents.context import StitchContext
 
 
 def as_tool(

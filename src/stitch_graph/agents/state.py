@@ -19,6 +19,7 @@ from stitch_graph.artifacts import (
     Candidate,
     CompileResult,
     Feedback,
+    HackReport,
     Plan,
     ProfileReport,
     RoundRecord,
@@ -27,7 +28,6 @@ from stitch_graph.artifacts import (
     TestResult,
     TimingResult,
 )
-from stitch_graph.verify.hacks import HackReport
 
 
 def append_records(left: list[RoundRecord] | None, right: list[RoundRecord] | None) -> list:

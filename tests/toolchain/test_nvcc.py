@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.tools.nvcc import (
+from stitch_graph.toolchain.nvcc import (
     find_nvcc,
     nvcc_compile,
     nvcc_version,

@@ -1,0 +1,7 @@
+"""``python -m stitch_graph.cli``."""
+
+import sys
+
+from stitch_graph.cli.main import main
+
+sys.exit(main())
