@@ -2,8 +2,11 @@
 
 Usage::
 
-    python tools/eval_knowledge.py [--queries knowledge/eval/queries.jsonl] [--k 3]
+    python tools/eval_knowledge.py [--queries tools/knowledge_eval/queries.jsonl] [--k 3]
                                    [--embedder auto|minilm|hashing] [--misses]
+
+The labelled queries live next to this script (``tools/knowledge_eval/``), not in the package:
+they measure the index, the library does not need them.
 
 Latency is measured per query after the index is loaded (model and store in memory), so it is
 what an agent pays per lookup. The table also names the embedder, corpus size and machine, so
@@ -21,13 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-from stitch_graph.knowledge.corpus import knowledge_dir
 from stitch_graph.knowledge.embeddings import get_embedder
 from stitch_graph.knowledge.index import KnowledgeIndex
 
 __all__ = ["evaluate", "load_queries", "main"]
 
 MODES = ("hybrid", "dense", "keyword")
+QUERIES_DIR = Path(__file__).resolve().parent / "knowledge_eval"
 
 
 def load_queries(path: Path) -> list[dict]:
@@ -69,7 +72,7 @@ def evaluate(index: KnowledgeIndex, queries: list[dict], mode: str, k: int) -> d
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queries", type=Path, default=knowledge_dir() / "eval" / "queries.jsonl")
+    parser.add_argument("--queries", type=Path, default=QUERIES_DIR / "queries.jsonl")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--embedder", choices=("auto", "minilm", "hashing"), default="auto")
     parser.add_argument("--misses", action="store_true", help="list queries missed at k")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from stitch_graph.knowledge.corpus import BOTTLENECK_TAGS, knowledge_dir, load_corpus, parse_entry
 from stitch_graph.knowledge.index import tokenize
+
+QUERIES = Path(__file__).resolve().parents[2] / "tools" / "knowledge_eval" / "queries.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def test_required_topics_present(entries) -> None:
 def test_labelled_queries_reference_existing_entries(entries) -> None:
     ids = {e.id for e in entries}
     rows = [json.loads(line) for line in
-            (knowledge_dir() / "eval" / "queries.jsonl").read_text().splitlines() if line.strip()]
+            QUERIES.read_text().splitlines() if line.strip()]
     assert len(rows) >= 44
     for row in rows:
         assert 1 <= len(row["expected"]) <= 3
@@ -68,3 +71,12 @@ def test_tokenizer_keeps_cuda_jargon() -> None:
         assert kept in tokens
     for part in ("async", "global", "func", "attribut", "abs", "spill", "coalesc"):
         assert part in tokens
+
+
+def test_corpus_ships_inside_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import stitch_graph.knowledge as package
+
+    monkeypatch.delenv("STITCH_KNOWLEDGE_DIR", raising=False)
+    root = knowledge_dir()
+    assert root.parent == Path(package.__file__).resolve().parent
+    assert len(load_corpus(root)) == len(list(root.glob("*.md")))

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stitch_graph.knowledge.corpus import knowledge_dir
-from stitch_graph.knowledge.embeddings import HashingEmbeddings, get_embedder
+from stitch_graph.knowledge.embeddings import Embedder, HashingEmbeddings, get_embedder
 from stitch_graph.knowledge.index import KnowledgeHit, KnowledgeIndex
 
 LABELLED = [
@@ -53,13 +53,23 @@ def test_second_load_uses_cache_without_embedding(real_index, minilm, index_cach
     assert (again.store_path / "manifest.json").is_file()
 
 
-def test_tampered_cache_is_not_unpickled(tmp_path) -> None:
+def test_cache_holds_no_pickle(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(knowledge_dir() / "coalescing.md", corpus / "coalescing.md")
+    index = KnowledgeIndex(corpus, HashingEmbeddings(), tmp_path / "cache", False).load()
+    assert sorted(p.name for p in index.store_path.iterdir()) == [
+        "chunks.json", "index.faiss", "manifest.json"]
+
+
+@pytest.mark.parametrize("tampered", ["index.faiss", "chunks.json"])
+def test_tampered_cache_is_rebuilt(tmp_path, tampered: str) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("coalescing.md", "tf32.md"):
         shutil.copy(knowledge_dir() / name, corpus / name)
     first = KnowledgeIndex(corpus, HashingEmbeddings(), tmp_path / "cache", False).load()
-    (first.store_path / "index.pkl").write_bytes(b"not a pickle this project wrote")
+    (first.store_path / tampered).write_bytes(b"not a file this project wrote")
     embedder = HashingEmbeddings()
     second = KnowledgeIndex(corpus, embedder, tmp_path / "cache", False).load()
     assert not second.loaded_from_cache and embedder.texts_embedded > 0
@@ -85,6 +95,30 @@ def test_rebuild_after_corpus_change(tmp_path, monkeypatch: pytest.MonkeyPatch) 
     rebuilt = KnowledgeIndex(embedder=embedder, include_user_documents=False).load()
     assert not rebuilt.loaded_from_cache and embedder.texts_embedded > 0
     assert rebuilt.store_path != first.store_path
+
+
+def test_langchain_embeddings_object_still_works(tmp_path) -> None:
+    embeddings = pytest.importorskip("langchain_core.embeddings")
+
+    class Wrapped(embeddings.Embeddings):
+        name = "wrapped-hashing"
+
+        def __init__(self) -> None:
+            self.inner = HashingEmbeddings()
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return self.inner.embed_documents(texts)
+
+        def embed_query(self, text: str) -> list[float]:
+            return self.inner.embed_query(text)
+
+    wrapped = KnowledgeIndex(embedder=Wrapped(), cache_dir=tmp_path, include_user_documents=False)
+    plain = KnowledgeIndex(
+        embedder=HashingEmbeddings(), cache_dir=tmp_path, include_user_documents=False
+    )
+    query = "shared memory bank conflicts, pad the tile [32][33]"
+    assert isinstance(wrapped.embedder, Embedder)
+    assert wrapped.search(query, k=3, mode="dense") == plain.search(query, k=3, mode="dense")
 
 
 def test_fallback_embedder_when_model_package_hidden(

