@@ -208,17 +208,34 @@ class OutputCheck(BaseModel):
     unwritten: bool = False
 
 
+FailedSide = Literal["candidate", "reference"]
+
+
 class TestResult(BaseModel):
-    """Correctness of a candidate on fresh random inputs."""
+    """Correctness of a candidate on fresh random inputs.
+
+    ``failed_side`` says whose run a ``failed`` or ``error`` status is about. It is
+    ``"reference"`` only when the reference itself could not run: then no candidate can be judged,
+    and retrying with another one is pointless.
+    """
 
     __test__ = False  # not a pytest test class
 
     status: RunStatus
     reason: str = ""
+    failed_side: FailedSide = Field(
+        default="candidate",
+        description="Whose run a failed or error status is about; 'reference': the reference's.",
+    )
     trials: int = 0
     atol: float = 0.0
     rtol: float = 0.0
     outputs: list[OutputCheck] = Field(default_factory=list)
+
+    @property
+    def reference_failed(self) -> bool:
+        """Whether the reference, not the candidate, could not run."""
+        return self.status == "error" and self.failed_side == "reference"
 
 
 class TimingResult(BaseModel):

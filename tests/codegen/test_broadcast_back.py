@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_emulation import check_on_cpu, generate_checked
 
 from stitch_graph.codegen import schedule
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _PROBLEM = """
 import torch

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import torch
-from cpu_emulation import load_on_cpu
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen._emit_reduce import _column_splits, _column_tile
 from stitch_graph.task import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
+from tests.codegen.cpu_emulation import load_on_cpu
 
 _PROBLEM = """
 import torch

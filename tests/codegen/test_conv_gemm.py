@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_emulation import check_on_cpu
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.codegen import _emit_conv as conv_mod
 from stitch_graph.task import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
+from tests.codegen.cpu_emulation import check_on_cpu
 
 
 def _run(source: str, tmp_path: Path, tuning: Tuning | None = None) -> tuple[Any, Any]:

@@ -13,12 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cpu_emulation import check_on_cpu
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.task import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
+from tests.codegen.cpu_emulation import check_on_cpu
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

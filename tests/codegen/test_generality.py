@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_emulation import check_on_cpu
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import (
@@ -36,6 +35,7 @@ from stitch_graph.codegen import emit as emit_mod
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
+from tests.codegen.cpu_emulation import check_on_cpu
 
 _TEMPLATE = """
 import math

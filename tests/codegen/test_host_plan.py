@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stitch_graph.checks.hacks import check_candidate
+from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.codegen.tuning import Tuning
 from stitch_graph.task import load_task

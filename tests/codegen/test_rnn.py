@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cpu_emulation import check_on_cpu, generate_checked
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _PROBLEM = """
 import torch

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from cpu_emulation import generate_checked, load_on_cpu
 
 from stitch_graph.codegen._emit_reduce import _row_threads
+from tests.codegen.cpu_emulation import generate_checked, load_on_cpu
 
 _PROBLEM = """
 import torch

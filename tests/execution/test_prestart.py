@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cpu_programs import HONEST, HOST, PROBLEM
 
-from stitch_graph.artifacts import Candidate, Task
+from stitch_graph.artifacts import Candidate, Task, TestResult
 from stitch_graph.execution import Job, JobResult, LocalGPUExecutor, RunSettings, run_job
-from stitch_graph.execution.candidate import candidate_job, judge_candidate
+from stitch_graph.execution.candidate import candidate_job, judge_candidate, prepare_for_run
 from stitch_graph.execution.executor import job_environment
-from stitch_graph.execution.verify import prepare_for_run
+from tests.execution.cpu_programs import HONEST, HOST, PROBLEM
 
 DUMP_ENV = (
     "        import json, os\n"
@@ -167,7 +166,7 @@ def _candidate_job(task: Task, body: str, settings: RunSettings, scratch: Path):
     """The ``candidate`` job of a host-code candidate, and the reference it is judged against."""
     candidate = Candidate(kernel_source="", host_source=HOST.format(body=body))
     prepared = prepare_for_run(task, candidate, settings, device="cpu")
-    assert not isinstance(prepared, str), prepared
+    assert not isinstance(prepared, TestResult), prepared.reason
     built, reference = prepared
     job = candidate_job(
         task.source, candidate, built, reference, settings, device="cpu", scratch_dir=str(scratch)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from cpu_programs import HONEST, HOST, PROBLEM
 
 from stitch_graph.artifacts import Candidate, Task
 from stitch_graph.execution import LocalGPUExecutor, RunSettings, verify_candidate
+from tests.execution.cpu_programs import HONEST, HOST, PROBLEM
 
 
 def _host(body: str) -> Candidate:
@@ -58,15 +58,15 @@ def test_reference_failure_is_an_error_result(env):
     _, settings, pool = env
     broken = Task(name="broken", source=PROBLEM.replace("torch.randn(8, 16)", "torch.zeros(8, 16)"))
     outcome = verify_candidate(broken, _host(HONEST), settings, executor=pool, device="cpu")
-    assert outcome.test.status == "error"
+    assert outcome.test.status == "error" and outcome.test.failed_side == "reference"
     assert outcome.test.reason.startswith("reference failed:") and "constant" in outcome.test.reason
 
 
 def test_no_gpu_means_not_run(monkeypatch, env):
     task, settings, _ = env
-    import stitch_graph.execution.verify as verify
+    import stitch_graph.execution.round as verification_round
 
-    monkeypatch.setattr(verify, "gpu_available", lambda: False)
+    monkeypatch.setattr(verification_round, "gpu_available", lambda: False)
     outcome = verify_candidate(task, _host(HONEST), settings)
     assert outcome.test.status == "not_run" and outcome.test.reason == "not run: no GPU"
     assert outcome.timing.status == "not_run"

@@ -7,10 +7,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedChatModel, ScriptedExecutor, call, passed
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
-from test_routing import KERNEL, PROBLEM, plan_answer, program
 
 from stitch_graph import (
     StitchContext,
@@ -23,6 +21,8 @@ from stitch_graph import (
 )
 from stitch_graph.agents.verifier import verifier_node
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, call, passed
+from tests.graph.test_routing import KERNEL, PROBLEM, plan_answer, program
 
 SNAPSHOT = Path(__file__).with_name("graph.mmd")
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")

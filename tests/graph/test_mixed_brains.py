@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from fakes import ScriptedChatModel, ScriptedExecutor, call, passed
-from test_routing import PROBLEM, program
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, call, passed
+from tests.graph.test_routing import PROBLEM, program
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

@@ -12,10 +12,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_routing import HOST, KERNEL, PROBLEM
 
 from stitch_graph.cli import main
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.test_routing import HOST, KERNEL, PROBLEM
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedChatModel, ScriptedExecutor, passed
 from langgraph.types import Command
-from test_routing import KERNEL, PROBLEM, plan_answer, program
 
 from stitch_graph import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, passed
+from tests.graph.test_routing import KERNEL, PROBLEM, plan_answer, program
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from fakes import ScriptedChatModel, ScriptedExecutor, call, passed, profile, wrong
 from langchain_core.messages import AIMessage, ToolMessage
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, call, passed, profile, wrong
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 
@@ -245,7 +245,11 @@ def test_a_reference_that_fails_on_the_gpu_ends_the_run_with_a_clear_reason(task
     from stitch_graph.execution import VerificationOutcome
 
     broken = VerificationOutcome(
-        test=TestResult(status="error", reason="reference failed: RuntimeError: CUDA error"),
+        test=TestResult(
+            status="error",
+            reason="reference failed: RuntimeError: CUDA error",
+            failed_side="reference",
+        ),
         timing=TimingResult(status="not_run"),
         seconds=0.1,
     )

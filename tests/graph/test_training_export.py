@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakes import ScriptedChatModel, ScriptedExecutor, passed, wrong
-from test_routing import BROKEN_KERNEL, KERNEL, PROBLEM, plan_answer, program
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task, sqlite_checkpointer
 from stitch_graph.cli import main
 from stitch_graph.toolchain.nvcc import find_nvcc
+from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, passed, wrong
+from tests.graph.test_routing import BROKEN_KERNEL, KERNEL, PROBLEM, plan_answer, program
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is needed for real compiles")
 

@@ -1,9 +1,10 @@
 """The Planner, Coder and Verifier nodes, each with a model brain and a rule-based brain."""
 
+from stitch_graph.agents.analysis import AnalysisDraft
 from stitch_graph.agents.coder import CandidateDraft, coder_node
 from stitch_graph.agents.finalize import build_report, finalize_node
 from stitch_graph.agents.planner import PlanDraft, planner_node
-from stitch_graph.agents.verifier import AnalysisDraft, verifier_node
+from stitch_graph.agents.verifier import verifier_node
 
 __all__ = [
     "AnalysisDraft",

@@ -23,6 +23,7 @@ from stitch_graph.agents import prompts
 from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.llm import model_label, resolve_model
 from stitch_graph.agents.progress import emit
+from stitch_graph.agents.state import StitchState
 from stitch_graph.agents.tool_loop import agent_turn
 from stitch_graph.agents.tools import coder_tools
 from stitch_graph.artifacts import AgentFailure, Candidate, Feedback, Plan, Task, TodoItem
@@ -42,7 +43,7 @@ def current_item(plan: Plan | None) -> TodoItem | None:
     return plan.next_pending() if plan is not None else None
 
 
-def _feedback_for_coder(state: dict[str, Any]) -> Feedback | None:
+def _feedback_for_coder(state: StitchState) -> Feedback | None:
     feedback: Feedback | None = state.get("feedback")
     if feedback is None or feedback.category == "item_done":
         return None
@@ -50,7 +51,7 @@ def _feedback_for_coder(state: dict[str, Any]) -> Feedback | None:
 
 
 def rule_candidate(
-    task: Task, plan: Plan, item: TodoItem, state: dict[str, Any]
+    task: Task, plan: Plan, item: TodoItem, state: StitchState
 ) -> tuple[Candidate, dict]:
     """Emit the program through ``item`` with the rule-based generator, applying feedback."""
     from stitch_graph.agents.program_cache import program_ir
@@ -98,7 +99,7 @@ def plan_the_generator_follows(task: Task, plan: Plan) -> Plan:
 
 
 def rule_step(
-    task: Task, plan: Plan, item: TodoItem, state: dict[str, Any], writer: Any
+    task: Task, plan: Plan, item: TodoItem, state: StitchState, writer: Any
 ) -> dict[str, Any]:
     """One rule-based step; an item the generator cannot change is given up, not retried."""
     failures = list(state.get("failures", []))
@@ -146,7 +147,7 @@ def model_candidate(
     task: Task,
     plan: Plan,
     item: TodoItem,
-    state: dict[str, Any],
+    state: StitchState,
     ctx: StitchContext,
 ) -> dict[str, Any]:
     """One step of the model Coder: a tool call to run, or the finished program."""
@@ -187,7 +188,7 @@ def model_candidate(
     return {"coder_messages": turn.messages, "candidate": candidate, "coder_status": "submitted"}
 
 
-def coder_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict[str, Any]:
+def coder_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[str, Any]:
     """Write (or fix, or tune) the program for the current to-do item."""
     ctx = resolve_context(runtime.context)
     writer = get_stream_writer()

@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage
 from langgraph.config import get_stream_writer
 
 from stitch_graph.agents.progress import emit
+from stitch_graph.agents.state import StitchState
 from stitch_graph.artifacts import BestProgram, RunReport
 
 
@@ -31,7 +32,7 @@ def _speedups(best: BestProgram) -> str:
     return ", ".join(parts) + f" on {timing.device}"
 
 
-def build_report(state: dict[str, Any]) -> RunReport:
+def build_report(state: StitchState) -> RunReport:
     """The outcome of the run as recorded in ``state``."""
     task = state.get("task")
     name = task.name if task is not None else "unknown"
@@ -93,7 +94,7 @@ def build_report(state: dict[str, Any]) -> RunReport:
     )
 
 
-def finalize_node(state: dict[str, Any]) -> dict[str, Any]:
+def finalize_node(state: StitchState) -> dict[str, Any]:
     """Write the report and the final message a caller (or a parent graph) reads."""
     report = build_report(state)
     emit(get_stream_writer(), "finalize", report.outcome, summary=report.summary)

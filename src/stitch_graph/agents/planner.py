@@ -19,6 +19,7 @@ from stitch_graph.agents import prompts
 from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.llm import model_label, resolve_model, structured_call
 from stitch_graph.agents.progress import emit
+from stitch_graph.agents.state import StitchState
 from stitch_graph.artifacts import (
     AgentFailure,
     Feedback,
@@ -139,7 +140,7 @@ def _reference_profile(task: Task, ctx: StitchContext) -> ProfileReport:
     return reference_timeline(task, ctx)
 
 
-def planner_node(state: dict[str, Any], runtime: Runtime[StitchContext]) -> dict[str, Any]:
+def planner_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[str, Any]:
     """Write the plan (first visit) or revise it (after a bottleneck report)."""
     ctx = resolve_context(runtime.context)
     writer = get_stream_writer()

@@ -6,8 +6,8 @@ The last lets the whole graph serve as a sub-agent that takes only ``messages``.
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from stitch_graph.agents.state import StitchState
 from stitch_graph.artifacts import AgentFailure, Task
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
@@ -21,7 +21,7 @@ def problem_source_from_text(text: str) -> str | None:
     return text if "class Model" in text else None
 
 
-def task_from_input(state: dict[str, Any]) -> tuple[Task | None, AgentFailure | None]:
+def task_from_input(state: StitchState) -> tuple[Task | None, AgentFailure | None]:
     """Load the task from ``problem_path`` or the last human message carrying a problem."""
     from stitch_graph.task import TaskLoadError, load_task
 

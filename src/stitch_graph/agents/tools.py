@@ -153,5 +153,6 @@ def verifier_tools() -> list[BaseTool]:
 
 
 def all_tools() -> list[BaseTool]:
-    """Every tool, for a user's own tool-calling agent."""
-    return [nvcc_compile_tool, ncu_profile_tool, timeline_profile_tool, search_cuda_knowledge_tool]
+    """Every tool the agents use, once each, for a user's own tool-calling agent."""
+    by_name = {t.name: t for t in [*coder_tools(), *verifier_tools()]}
+    return list(by_name.values())

@@ -7,6 +7,10 @@ against. The next worker is started (and imports torch) while the current job ru
 process per job costs little time. Correctness is strict (fresh seeded draws, FP32 tolerances, NaN/alias/unwritten checks);
 timing uses CUDA events with flushed L2 and refilled inputs, in the same run as eager and
 ``torch.compile``. Modules import torch and CuPy lazily, so this package loads without either.
+
+``round.verify_candidate`` is the parent's entry point for one candidate and ``worker`` the worker
+process's, with the dispatch table of job kinds; both sit on top of ``candidate``, ``reference``
+and ``profiling``, which never import them back.
 """
 
 from stitch_graph.execution.compare import (
@@ -21,6 +25,7 @@ from stitch_graph.execution.executor import (
     Job,
     JobResult,
     LocalGPUExecutor,
+    gpu_available,
     run_job,
     visible_gpus,
 )
@@ -37,9 +42,9 @@ from stitch_graph.execution.isolation import ProcessOutcome, run_isolated, scrub
 from stitch_graph.execution.prestart import WarmWorkerPool
 from stitch_graph.execution.profiling import profile_candidate, reference_timeline
 from stitch_graph.execution.reference import ReferenceData, ReferenceFailed, ensure_reference
+from stitch_graph.execution.round import VerificationOutcome, verify_candidate
 from stitch_graph.execution.settings import RunSettings
 from stitch_graph.execution.timing import time_cuda
-from stitch_graph.execution.verify import VerificationOutcome, gpu_available, verify_candidate
 
 __all__ = [
     "BuildError",

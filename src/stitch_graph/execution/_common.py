@@ -8,18 +8,22 @@ worker processes only.
 from __future__ import annotations
 
 import sys
+import traceback
 import types
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "clone_to",
+    "describe_exception",
     "device_name",
     "draw_inputs",
     "init_inputs",
     "load_problem",
     "refill",
+    "save",
     "set_tf32",
+    "timing_draws",
 ]
 
 
@@ -132,3 +136,29 @@ def save(obj: Any, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
     tmp.replace(path)
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """A JSON-safe description of ``exc`` with a one-line, classified ``reason``."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    name = type(exc).__name__
+    lowered = text.lower()
+    if "out of memory" in lowered or name == "OutOfMemoryError":
+        kind = "CUDA out of memory"
+    elif "illegal memory access" in lowered or "illegal_address" in lowered:
+        kind = "illegal memory access (CUDA error 700)"
+    elif "misaligned address" in lowered or "misaligned_address" in lowered:
+        kind = "misaligned address (CUDA error 716)"
+    elif "cuda error" in lowered or "cuda_error" in lowered or "cudaerror" in lowered:
+        kind = "CUDA error"
+    else:
+        kind = "Python exception"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "kind": kind,
+        "type": name,
+        "message": text[:4000],
+        "reason": f"{kind}: {name}: {first}"[:1000],
+        "traceback": tb[-6000:],
+    }

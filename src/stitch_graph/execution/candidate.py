@@ -7,6 +7,9 @@ Each trial runs twice: once after NaN-poisoning the allocator's free blocks and 
 zero-poisoning them; an element that is NaN only in the first run was never written. Outputs are
 checked for sharing memory with inputs, then saved; the parent compares them with the reference
 outputs, which the candidate's process never loads. The candidate is timed in the same worker.
+
+On the parent side, ``prepare_for_run`` builds the program and makes sure the reference run exists,
+``candidate_job`` describes the worker's job and ``judge_candidate`` turns its result into verdicts.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stitch_graph.artifacts import Candidate, OutputCheck, TestResult, TimingResult
+from stitch_graph.artifacts import (
+    Candidate,
+    CompileResult,
+    OutputCheck,
+    Task,
+    TestResult,
+    TimingResult,
+)
 from stitch_graph.execution._common import (
     clone_to,
+    describe_exception,
     device_name,
     init_inputs,
     load_problem,
@@ -33,18 +44,18 @@ from stitch_graph.execution.compare import (
     merge_checks,
     summarize_checks,
 )
-from stitch_graph.execution.executor import Executor, Job, JobResult, LocalGPUExecutor
-from stitch_graph.execution.forms import BuiltProgram, load_model_class
-from stitch_graph.execution.reference import ReferenceData
+from stitch_graph.execution.executor import Executor, Job, JobResult
+from stitch_graph.execution.forms import BuildError, BuiltProgram, load_model_class, prepare_program
+from stitch_graph.execution.reference import ReferenceData, ReferenceFailed, ensure_reference
 from stitch_graph.execution.settings import RunSettings
-from stitch_graph.execution.timing import escaped
+from stitch_graph.execution.timing import escaped, time_cuda
 
 __all__ = [
     "CandidateRun",
     "candidate_job",
     "judge_candidate",
     "prepare_candidate",
-    "run_candidate",
+    "prepare_for_run",
     "run_candidate_job",
 ]
 
@@ -204,8 +215,6 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     if cuda and payload.get("time", True):
         t2 = time.perf_counter()
         try:
-            from stitch_graph.execution.timing import time_cuda
-
             sources = timing_draws(draws, "cuda")
 
             def rotate(i: int) -> None:
@@ -220,8 +229,6 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
                 )
             result["timing"] = stats
         except Exception as exc:  # noqa: BLE001 - reported as a timing error
-            from stitch_graph.execution.worker import describe_exception
-
             result["timing_error"] = describe_exception(exc)
         timings["timing_s"] = time.perf_counter() - t2
     return result
@@ -238,6 +245,43 @@ class CandidateRun:
         self.test = test
         self.timing = timing
         self.job = job
+
+
+def prepare_for_run(
+    task: Task,
+    candidate: Candidate,
+    settings: RunSettings,
+    *,
+    compile_result: CompileResult | None = None,
+    executor: Executor | None = None,
+    device: str = "cuda",
+) -> tuple[BuiltProgram, ReferenceData] | TestResult:
+    """Build the candidate and make sure the reference run exists.
+
+    Returns:
+        ``(built, reference)``, or the ``error`` test result of a candidate that cannot be run:
+        its reason starts with ``"compile failed: "`` or ``"reference failed: "``, and
+        ``failed_side`` is ``"reference"`` when the reference is what failed.
+    """
+    tolerances = {"atol": settings.atol, "rtol": settings.rtol}
+    if compile_result is not None and not compile_result.ok:
+        first = compile_result.errors[0].message if compile_result.errors else compile_result.log
+        return TestResult(status="error", reason=f"compile failed: {first[:500]}", **tolerances)
+    try:
+        built = prepare_program(
+            candidate,
+            build_root=settings.root() / "builds",
+            compile_result=compile_result,
+            arch=settings.gpu_arch,
+            timeout_s=settings.timeout_s,
+        )
+    except BuildError as exc:
+        return TestResult(status="error", reason=f"compile failed: {exc}", **tolerances)
+    try:
+        reference = ensure_reference(task, settings, executor=executor, device=device)
+    except ReferenceFailed as exc:
+        return TestResult(status="error", reason=exc.reason, failed_side="reference", **tolerances)
+    return built, reference
 
 
 def candidate_job(
@@ -369,28 +413,3 @@ def judge_candidate(
     else:
         timing = TimingResult(status="not_run", device=device, reason="timing not requested")
     return CandidateRun(test, timing, job)
-
-
-def run_candidate(
-    task_source: str,
-    candidate: Candidate,
-    built: BuiltProgram,
-    reference: ReferenceData,
-    settings: RunSettings,
-    *,
-    executor: Executor | None = None,
-    device: str = "cuda",
-    time_it: bool = True,
-) -> CandidateRun:
-    """Run one candidate job (through ``executor``) and judge it."""
-    job = candidate_job(
-        task_source, candidate, built, reference, settings, device=device, time_it=time_it
-    )
-    own = executor is None
-    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
-    try:
-        result = runner.submit(job).result()
-    finally:
-        if own:
-            runner.shutdown()
-    return judge_candidate(result, reference, settings)

@@ -13,6 +13,8 @@ process to import torch: while a job runs, the executor starts the next worker o
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import queue
@@ -38,6 +40,7 @@ __all__ = [
     "JobKind",
     "JobResult",
     "LocalGPUExecutor",
+    "gpu_available",
     "job_environment",
     "run_job",
     "visible_gpus",
@@ -280,6 +283,19 @@ class Executor(Protocol):
     def shutdown(self) -> None:
         """Stop accepting jobs and wait for running ones."""
         ...
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """Whether candidates can run here: CUDA visible to torch and CuPy installed."""
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install means no GPU
+        return False
 
 
 def visible_gpus() -> list[str]:

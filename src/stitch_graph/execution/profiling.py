@@ -16,9 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stitch_graph.artifacts import Candidate, CompileResult, Hotspot, ProfileReport, Task
+from stitch_graph.artifacts import (
+    Candidate,
+    CompileResult,
+    Hotspot,
+    ProfileReport,
+    Task,
+    TestResult,
+)
 from stitch_graph.execution._common import clone_to, draw_inputs, init_inputs, load_problem
-from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor
+from stitch_graph.execution.candidate import candidate_job, prepare_candidate, prepare_for_run
+from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor, gpu_available
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
@@ -40,8 +48,6 @@ _PROGRAM_MARK = "__stitch_program__"
 def run_runner_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     """Worker handler of ``runner`` jobs: warm up, then profiled forward calls."""
     import torch
-
-    from stitch_graph.execution.candidate import prepare_candidate
 
     prepared = prepare_candidate(payload)
     model, args = prepared["model"], prepared["args"]
@@ -170,8 +176,6 @@ def reference_timeline(
         ``ProfileReport`` with ``hotspots`` sorted by CUDA time (per forward call);
         ``bottleneck`` is ``launch`` when host gaps exceed kernel time. ``not_run`` without a GPU.
     """
-    from stitch_graph.execution.verify import gpu_available
-
     if not gpu_available():
         return ProfileReport(status="not_run", source="torch.profiler", reason="not run: no GPU")
     settings = RunSettings.from_context(ctx)
@@ -227,8 +231,6 @@ def profile_candidate(
     Returns:
         ncu's report (``not_run`` without a GPU or without ncu).
     """
-    from stitch_graph.execution.verify import gpu_available, prepare_for_run
-
     if not gpu_available():
         return ProfileReport(status="not_run", source="ncu", reason="not run: no GPU")
     from stitch_graph.toolchain.ncu import (
@@ -245,12 +247,9 @@ def profile_candidate(
     settings = RunSettings.from_context(ctx)
     prepared = prepare_for_run(task, candidate, settings, compile_result=compile_result,
                                executor=executor)
-    if isinstance(prepared, ProfileReport | str):
-        reason = prepared if isinstance(prepared, str) else prepared.reason
-        return ProfileReport(status="error", source="ncu", reason=reason)
+    if isinstance(prepared, TestResult):
+        return ProfileReport(status="error", source="ncu", reason=prepared.reason)
     built, reference = prepared
-    from stitch_graph.execution.candidate import candidate_job
-
     job = candidate_job(task.source, candidate, built, reference, settings, time_it=False)
     job.kind = "runner"
     job.payload.update({"warmup_calls": 2, "profiled_calls": 1})

@@ -51,6 +51,7 @@ def time_cuda(
     runs: int = 20,
     before_each: Callable[[int], None] | None = None,
     flush_buffer: Any = None,
+    warmup_s: float = WARMUP_S,
 ) -> TimingStats:
     """Time ``fn`` on the GPU with CUDA events.
 
@@ -61,6 +62,8 @@ def time_cuda(
         before_each: Called with the run index before every call, outside the timed region
             (refill inputs here).
         flush_buffer: Buffer zeroed before each timed call; one of 256 MiB is made when ``None``.
+        warmup_s: The warm-up also lasts at least this long, so the clocks leave their idle
+            state; a caller that keeps the GPU busy (tuning, a sweep) may shorten it.
 
     Returns:
         The statistics, milliseconds.
@@ -70,7 +73,7 @@ def time_cuda(
     flush = make_flush_buffer() if flush_buffer is None else flush_buffer
     # at least `warmup` calls and WARMUP_S of them, synchronised like the timed runs, so that
     # lazy initialisation is done and the clocks have left their idle state
-    deadline = time.perf_counter() + WARMUP_S
+    deadline = time.perf_counter() + warmup_s
     i = 0
     while i < max(0, warmup) or (time.perf_counter() < deadline and i < 10_000):
         if before_each is not None:

@@ -12,6 +12,10 @@ context, writes a ``ready`` marker into its folder, and reads one line from stdi
 path. It then takes on what a cold worker of that job would have had -- working directory, TMPDIR,
 ``sys.path[0]``, stdout and stderr in the scratch folder, stdin from ``/dev/null`` -- and runs the
 job exactly like a cold worker. End-of-file instead of a path (the parent went away) exits quietly.
+
+This module is the top of the package's worker side: ``HANDLERS``, the dispatch table from job kind
+to handler, imports the handlers of ``candidate``, ``reference`` and ``profiling``, and none of them
+imports this module back.
 """
 
 from __future__ import annotations
@@ -22,50 +26,25 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stitch_graph.execution._common import describe_exception
+from stitch_graph.execution.candidate import run_candidate_job
 from stitch_graph.execution.prestart import READY_FILE
+from stitch_graph.execution.profiling import run_runner_job, run_timeline_job
+from stitch_graph.execution.reference import run_reference_job
 
-__all__ = ["PRELOAD", "describe_exception", "main", "run_probe_job"]
+__all__ = ["HANDLERS", "PRELOAD", "main", "run_probe_job"]
 
-PRELOAD = (
-    "numpy",
-    "torch",
-    "cupy",
-    "stitch_graph.execution.candidate",
-    "stitch_graph.execution.reference",
-    "stitch_graph.execution.profiling",
-)
-"""Modules a pre-started worker imports while it waits; none of them initialises CUDA."""
+PRELOAD = ("numpy", "torch", "cupy")
+"""Libraries a pre-started worker imports while it waits; none of them initialises CUDA.
 
+The job handlers' own modules are imported with this one, so they need no entry here.
+"""
 
-def describe_exception(exc: BaseException) -> dict[str, Any]:
-    """A JSON-safe description of ``exc`` with a one-line, classified ``reason``."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    name = type(exc).__name__
-    lowered = text.lower()
-    if "out of memory" in lowered or name == "OutOfMemoryError":
-        kind = "CUDA out of memory"
-    elif "illegal memory access" in lowered or "illegal_address" in lowered:
-        kind = "illegal memory access (CUDA error 700)"
-    elif "misaligned address" in lowered or "misaligned_address" in lowered:
-        kind = "misaligned address (CUDA error 716)"
-    elif "cuda error" in lowered or "cuda_error" in lowered or "cudaerror" in lowered:
-        kind = "CUDA error"
-    else:
-        kind = "Python exception"
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {
-        "kind": kind,
-        "type": name,
-        "message": text[:4000],
-        "reason": f"{kind}: {name}: {first}"[:1000],
-        "traceback": tb[-6000:],
-    }
+Handler = Callable[[dict[str, Any], Path], dict[str, Any]]
 
 
 def run_probe_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
@@ -91,27 +70,23 @@ def run_probe_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     }
 
 
-def _handler(kind: str) -> Callable[[dict[str, Any], Path], dict[str, Any]]:
-    if kind == "reference":
-        from stitch_graph.execution.reference import run_reference_job
+HANDLERS: dict[str, Handler] = {
+    "candidate": run_candidate_job,
+    "probe": run_probe_job,
+    "reference": run_reference_job,
+    "runner": run_runner_job,
+    "timeline": run_timeline_job,
+}
+"""The worker's dispatch table: the handler of each job kind."""
 
-        return run_reference_job
-    if kind == "candidate":
-        from stitch_graph.execution.candidate import run_candidate_job
 
-        return run_candidate_job
-    if kind == "timeline":
-        from stitch_graph.execution.profiling import run_timeline_job
-
-        return run_timeline_job
-    if kind == "runner":
-        from stitch_graph.execution.profiling import run_runner_job
-
-        return run_runner_job
-    if kind == "probe":
-        return run_probe_job
-    msg = f"unknown job kind {kind!r}"
-    raise ValueError(msg)
+def _handler(kind: str) -> Handler:
+    """The handler of ``kind``; an unknown kind is an error of the job, not of the worker."""
+    handler = HANDLERS.get(kind)
+    if handler is None:
+        msg = f"unknown job kind {kind!r}"
+        raise ValueError(msg)
+    return handler
 
 
 def _write_result(path: Path, result: dict[str, Any]) -> None:

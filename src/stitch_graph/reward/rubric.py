@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, Field
 
 from stitch_graph.artifacts import Candidate, CompileResult, FeedbackItem, HackReport
-from stitch_graph.checks.hacks import HACK_RULES
+from stitch_graph.checks import HACK_RULES
 from stitch_graph.checks.opnames import op_keys
 
 __all__ = [

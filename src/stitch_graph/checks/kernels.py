@@ -1,0 +1,140 @@
+"""Checks of the candidate's CUDA text: precision and whether the kernels do any work.
+
+The host checks cannot see inside a kernel. A kernel can compute in half precision or TF32 on
+fp32 data, or be a stub that copies an input or stores a constant while the host arranges for
+the output to pass. These checks read the CUDA source (comments stripped) for those patterns,
+restricted, for NVRTC candidates, to the kernels the host actually launches.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING
+
+from stitch_graph.checks.names import _const_str
+
+if TYPE_CHECKING:
+    from stitch_graph.checks.context import CandidateContext, Findings
+
+
+_KERNEL_HEAD = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\(([^)]*)\)\s*\{',
+    re.S,
+)
+_HALF_KERNEL = re.compile(
+    r"\b(__\w*half\w*|__\w*bfloat16\w*|half2|nv_bfloat16|__float_to_tf32|"
+    r"wmma::precision::tf32)\b"
+    r"|cvt\.rna\.tf32|\.f16\b|\.bf16\b|\.tf32\b"
+)
+_LOAD = re.compile(r"^(?:__ldg\s*\(\s*&?\s*)?\w+\s*\[[^\]]*\]\s*\)?$")
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", source)
+
+
+def _kernel_bodies(source: str) -> dict[str, tuple[str, str]]:
+    """Map each extern "C" kernel to ``(parameters, body)``, matching braces."""
+    bodies: dict[str, tuple[str, str]] = {}
+    for match in _KERNEL_HEAD.finditer(source):
+        depth, i = 1, match.end()
+        while i < len(source) and depth:
+            if source[i] == "{":
+                depth += 1
+            elif source[i] == "}":
+                depth -= 1
+            i += 1
+        bodies[match.group(1)] = (match.group(2), source[match.end() : i - 1])
+    return bodies
+
+
+def _kernel_kind(params: str, body: str) -> str:
+    """``"empty"``, ``"copy"`` (only loads or constants stored) or ``"work"``."""
+    text = re.sub(r"\breinterpret_cast\s*<[^>]*>\s*\(\s*(\w+)\s*\)", r"\1", body)
+    text = re.sub(r"\(\s*(?:const\s+)?\w+\s*\*\s*\)\s*", "", text)
+    compact = re.sub(r"\s+", "", text)
+    if compact in {"", "return;", ";"}:
+        return "empty"
+    pointers = {
+        m.group(1) for m in re.finditer(r"\*\s*(?:__restrict__\s*)?(\w+)\s*(?:,|$)", params + ",")
+    }
+    if re.search(r"\b(atomic\w+|__shfl\w*|asm|wmma|mma|cublas\w*|cudnn\w*)\b", text):
+        return "work"
+    statements = [s.strip() for s in re.split(r"[;{}]", text) if s.strip()]
+    loads: set[str] = set()
+    stores = 0
+    for stmt in statements:
+        decl = re.match(r"^(?:const\s+)?[\w:<>]+\s+(\w+)\s*=\s*(.+)$", stmt, re.S)
+        assign = re.match(r"^(\w+)\s*(\[[^\]]*\])?\s*=\s*(.+)$", stmt, re.S)
+        if decl:
+            name, rhs = decl.group(1), decl.group(2).strip()
+            if _LOAD.match(rhs) and rhs.split("[")[0].replace("__ldg", "").strip("( &") in pointers:
+                loads.add(name)
+            continue
+        if assign and assign.group(2) and assign.group(1) in pointers:
+            rhs = assign.group(3).strip()
+            stores += 1
+            if rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs):
+                continue
+            return "work"
+        elif re.search(r"[+\-*/%]=|\+\+|--", stmt) and not re.match(
+            r"^(?:for|if|while|int|unsigned|size_t|long)\b", stmt
+        ):
+            # updates of locals such as accumulators count only if stored later
+            continue
+    return "copy" if stores else "work"
+
+
+def _launched_kernels(tree: ast.Module | None) -> set[str] | None:
+    if tree is None:
+        return None
+    launched: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "KERNELS":
+                launched.add(node.attr)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "getattr" and len(node.args) >= 2:
+                if isinstance(node.args[0], ast.Name) and node.args[0].id == "KERNELS":
+                    name = _const_str(node.args[1])
+                    if name:
+                        launched.add(name)
+    return launched
+
+
+def _check_kernel_precision(ctx: CandidateContext, out: Findings) -> None:
+    """Half, bfloat16 or TF32 types and instructions in the CUDA text, for an fp32 reference."""
+    if not ctx.fp32_reference:
+        return
+    source = _strip_comments(ctx.candidate.kernel_source)
+    match = _HALF_KERNEL.search(source)
+    if match:
+        line = source.count("\n", 0, match.start()) + 1
+        out.add_at_line(
+            "precision_downgrade",
+            f"kernel uses {match.group(0)} while the reference is fp32",
+            line,
+        )
+
+
+def _check_trivial_kernels(ctx: CandidateContext, out: Findings) -> None:
+    """Launched kernels with an empty body, or that only copy data or store constants."""
+    candidate = ctx.candidate
+    source = _strip_comments(candidate.kernel_source)
+    bodies = _kernel_bodies(source)
+    if not bodies:
+        return
+    launched = _launched_kernels(ctx.tree) if candidate.form == "nvrtc" else None
+    relevant = {
+        name: pb for name, pb in bodies.items() if launched is None or name in launched
+    } or bodies
+    kinds = {name: _kernel_kind(*pb) for name, pb in relevant.items()}
+    for name, kind in kinds.items():
+        if kind == "empty":
+            out.add("trivial_kernel", f"kernel {name} has an empty body")
+    if kinds and all(k in {"copy", "empty"} for k in kinds.values()):
+        if any(k == "copy" for k in kinds.values()):
+            names = ", ".join(sorted(kinds))
+            out.add("trivial_kernel", f"kernels {names} only copy data or store constants")

@@ -1,0 +1,101 @@
+"""Tuning spaces: the knob settings worth timing for each kind of generated kernel.
+
+The emitter picks launch shapes from the problem's shapes by rule; the rule is often right and
+sometimes far off (a warp per row where a block wins, 256 threads where 1024 fill the GPU). Like
+Inductor's autotuner, the autotuner times a short list of settings on the real shapes and keeps
+the fastest. Each kernel kind declares its list here: block sizes, rows per block (warp or block
+per row), vector width, unroll, split or single-pass reductions, the cuDNN or generated
+convolution. Settings that emit the same code as another are removed by the autotuner before
+anything is built, so a list may be generous.
+
+Profile findings narrow a space: ``narrow_space`` keeps the settings that address the named
+bottleneck first, so a tuning budget is spent where ncu points.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stitch_graph.codegen.tuning import KernelTuning
+
+__all__ = ["SPACES", "narrow_space", "tuning_space"]
+
+_BLOCKS = (128, 256, 512, 1024)
+
+SPACES: dict[str, list[dict[str, Any]]] = {
+    "pointwise": [
+        *({"block_size": b} for b in _BLOCKS),
+        *({"block_size": b, "unroll": 4} for b in (256, 1024)),
+        {"vector_width": 1},
+    ],
+    "reduction": [
+        *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
+        *({"rows_per_block": r} for r in (2, 4, 8)),
+        {"split_reduction": True},
+        {"split_reduction": False},
+        {"vector_width": 1},
+    ],
+    "softmax": [
+        *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
+        *({"rows_per_block": r} for r in (2, 4, 8)),
+        {"vector_width": 1},
+    ],
+    "norm": [
+        *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
+        *({"rows_per_block": r} for r in (2, 4, 8)),
+        {"vector_width": 1},
+    ],
+    "conv": [
+        *({"conv_library": True, "block_size": b} for b in _BLOCKS),
+        {"conv_library": False},
+        {"conv_library": False, "block_size": 128},
+    ],
+    "gemm": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
+    "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
+    "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
+    "rnn": [{"block_size": b} for b in _BLOCKS],
+}
+
+# Bottleneck class (as the Verifier names it) -> the knobs whose settings come first.
+_FIRST_FOR: dict[str, tuple[str, ...]] = {
+    "memory_bound": ("vector_width", "unroll", "rows_per_block"),
+    "latency_bound": ("block_size", "rows_per_block", "split_reduction"),
+    "low_occupancy": ("block_size", "rows_per_block"),
+    "launch_bound": ("rows_per_block", "fuse"),
+    "compute_bound": ("conv_library", "unroll"),
+    "register_spill": ("block_size", "unroll"),
+}
+
+
+def tuning_space(kind: str, base: KernelTuning | None = None) -> list[KernelTuning]:
+    """The settings to time for a kernel of ``kind``, each a change of ``base``; ``base`` first.
+
+    Args:
+        kind: The group kind (``pointwise``, ``reduction``, ``softmax``, ``norm``, ``conv``,
+            ``gemm``, ``pool``, ``scan``, ``rnn``).
+        base: The settings the kernel has now (defaults when ``None``).
+
+    Returns:
+        ``base`` followed by every distinct setting of the kind's space.
+    """
+    base = base or KernelTuning()
+    settings = [base]
+    for change in SPACES.get(kind, []):
+        setting = base.model_copy(update=change)
+        if setting not in settings:
+            settings.append(setting)
+    return settings
+
+
+def narrow_space(space: list[KernelTuning], bottleneck: str | None) -> list[KernelTuning]:
+    """Reorder ``space`` so the settings that touch the bottleneck's knobs come right after the
+    first (the current) one; ``bottleneck`` is a Verifier class such as ``memory_bound``."""
+    knobs = _FIRST_FOR.get(bottleneck or "", ())
+    if not knobs or len(space) < 2:
+        return list(space)
+    base, rest = space[0], space[1:]
+
+    def touches(setting: KernelTuning) -> bool:
+        return any(getattr(setting, k) != getattr(base, k) for k in knobs)
+
+    return [base, *[s for s in rest if touches(s)], *[s for s in rest if not touches(s)]]

@@ -1,0 +1,171 @@
+"""Autotuning machinery on the CPU: spaces, choice by time with a scripted timer, cache keys and
+reuse. The timer reads the emitted program, so a test can say which setting is fastest."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
+from stitch_graph.codegen.space import SPACES, narrow_space, tuning_space
+from stitch_graph.execution.autotune import TuningCache, autotune
+from stitch_graph.task import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def softmax_program():
+    task = load_task(ROOT / "tests/fixtures/codegen_problems/softmax_rows.py")
+    ir = capture_program(task)
+    return task, ir, plan_program(ir)
+
+
+@pytest.fixture(scope="module")
+def chain_program():
+    task = load_task(ROOT / "tests/fixtures/codegen_problems/launch_bound_chain.py")
+    ir = capture_program(task)
+    return task, ir, plan_program(ir)
+
+
+class ScriptedTimer:
+    """Milliseconds from the program text: 1.0, minus a bonus per launch-bounds value seen."""
+
+    def __init__(self, bonus: dict[int, float], fail_on: int | None = None) -> None:
+        self.bonus = bonus
+        self.fail_on = fail_on
+        self.calls = 0
+
+    def __call__(self, candidate) -> float | None:
+        self.calls += 1
+        bounds = [int(b) for b in re.findall(r"__launch_bounds__\((\d+)", candidate.kernel_source)]
+        if self.fail_on is not None and self.fail_on in bounds:
+            return None
+        return 1.0 - sum(self.bonus.get(b, 0.0) for b in bounds)
+
+
+class Clock:
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_every_kind_declares_a_space_that_starts_with_the_current_setting():
+    for kind in ("pointwise", "reduction", "softmax", "norm", "conv", "gemm", "pool", "scan", "rnn"):
+        base = KernelTuning(block_size=512)
+        space = tuning_space(kind, base)
+        assert space[0] == base
+        assert len(space) == len({s.model_dump_json() for s in space}) > 1
+    assert set(SPACES) >= {"pointwise", "reduction", "softmax", "norm", "conv"}
+
+
+def test_a_bottleneck_moves_its_knobs_first():
+    space = tuning_space("reduction")
+    narrowed = narrow_space(space, "memory_bound")
+    assert narrowed[0] == space[0]
+    assert sorted(s.model_dump_json() for s in narrowed) == sorted(
+        s.model_dump_json() for s in space
+    )
+    first = narrowed[1]
+    assert first.vector_width != 4 or first.unroll != 1 or first.rows_per_block != 0
+    assert narrow_space(space, None) == space
+
+
+def test_the_fastest_setting_is_chosen_and_emitted(softmax_program):
+    task, ir, plan = softmax_program
+    timer = ScriptedTimer({1024: 0.5})
+    tuning, report = autotune(ir, plan, task, timer, cache=None)
+    program = emit_candidate(ir, plan, tuning=tuning)
+    assert "__launch_bounds__(1024" in program.kernel_source
+    assert report.best_ms < report.base_ms
+    kernel_choices = [c for c in report.choices if c.item != "program"]
+    assert kernel_choices and all(c.tried >= 1 for c in kernel_choices)
+    # programs that emit the same code are timed once: fewer calls than settings in the space
+    assert timer.calls <= 1 + sum(len(tuning_space(c.kind)) for c in kernel_choices) + 1
+
+
+def test_noise_does_not_move_the_choice(softmax_program):
+    task, ir, plan = softmax_program
+    tuning, report = autotune(ir, plan, task, ScriptedTimer({1024: 0.01}), min_gain=0.03)
+    assert tuning.for_item(plan.items[0].id) == KernelTuning()
+
+
+def test_a_failing_setting_is_never_chosen(softmax_program):
+    task, ir, plan = softmax_program
+    timer = ScriptedTimer({1024: 0.9}, fail_on=1024)
+    tuning, _ = autotune(ir, plan, task, timer)
+    assert "__launch_bounds__(1024" not in emit_candidate(ir, plan, tuning=tuning).kernel_source
+
+
+def test_a_failing_base_program_tunes_nothing(softmax_program):
+    task, ir, plan = softmax_program
+    tuning, report = autotune(ir, plan, task, lambda candidate: None)
+    assert tuning == Tuning()
+    assert "nothing tuned" in report.note
+
+
+def test_the_budget_stops_tuning(chain_program):
+    task, ir, plan = chain_program
+    _, report = autotune(ir, plan, task, ScriptedTimer({}), budget_s=5.0, clock=Clock(step=4.0))
+    assert "budget" in report.note
+    assert sum(c.tried for c in report.choices) <= 1
+
+
+def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path):
+    task, ir, plan = softmax_program
+    cache = TuningCache(tmp_path)
+    first, report = autotune(ir, plan, task, ScriptedTimer({512: 0.4}), cache=cache, device="G")
+    assert report.choices and not any(c.cached for c in report.choices)
+    assert list(tmp_path.glob("*.json"))
+
+    def must_not_run(candidate):
+        raise AssertionError("a cached choice was timed again")
+
+    second, again = autotune(ir, plan, task, must_not_run, cache=cache, device="G")
+    assert second == first
+    assert again.choices and all(c.cached and c.tried == 0 for c in again.choices)
+    # another GPU is another key: timed afresh
+    timer = ScriptedTimer({512: 0.4})
+    autotune(ir, plan, task, timer, cache=cache, device="other GPU")
+    assert timer.calls > 0
+
+
+def test_cache_keys_depend_on_what_decides_the_choice(softmax_program):
+    task, ir, plan = softmax_program
+    program = emit_candidate(ir, plan)
+    key = TuningCache.key(program=program, item="k0", task=task, device="G", toolkit="13.0")
+    assert key == TuningCache.key(program=program, item="k0", task=task, device="G", toolkit="13.0")
+    others = {
+        TuningCache.key(program=program, item="k1", task=task, device="G", toolkit="13.0"),
+        TuningCache.key(program=program, item="k0", task=task, device="H", toolkit="13.0"),
+        TuningCache.key(program=program, item="k0", task=task, device="G", toolkit="12.8"),
+        TuningCache.key(
+            program=program,
+            item="k0",
+            task=task.model_copy(update={"inputs": task.inputs[:0]}),
+            device="G",
+            toolkit="13.0",
+        ),
+        TuningCache.key(
+            program=emit_candidate(ir, plan, tuning=Tuning(default=KernelTuning(block_size=128))),
+            item="k0",
+            task=task,
+            device="G",
+            toolkit="13.0",
+        ),
+    }
+    assert key not in others and len(others) == 5
+
+
+def test_an_unreadable_cache_entry_misses(tmp_path):
+    cache = TuningCache(tmp_path)
+    (tmp_path / "abc.json").write_text("{not json")
+    assert cache.get("abc") is None
+    cache.put("abc", {"setting": {}})
+    assert cache.get("abc") == {"setting": {}}

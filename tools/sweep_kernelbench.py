@@ -1,0 +1,438 @@
+"""Sweep whole KernelBench levels: the generated program against eager and both torch.compile modes.
+
+For every problem of the given level folders (fetched for evaluation; never part of this
+repository), in the same run on the same GPU and the same inputs:
+
+- the rule-based generator's program (capture, plan, emit; tuned when ``--tune``),
+- PyTorch eager, ``torch.compile`` (default mode) and ``torch.compile(mode="reduce-overhead")``,
+
+each timed with the Verifier's rules (CUDA events, warm-up, L2 flushed and inputs refilled in
+place before every run, median of ``--runs``). The program is judged on three fresh draws at
+atol = rtol = ``--tol`` with TF32 off on both sides.
+
+Two phases keep a level inside minutes. ``--warm N`` first runs N processes in parallel that
+capture, emit and build each program and compile each reference in both modes once, so Inductor's
+and Triton's on-disk caches are warm; then one worker times problem after problem. The timing
+worker is replaced after a crash or a hang, so a bad problem costs one row.
+
+Prints one row per problem, then per level: geometric means of the speedups over the correct rows
+against eager, compile and reduce-overhead, and KernelBench's fast_0 / fast_1 (share of all
+problems that are correct / correct and faster than the baseline). ``--json FILE`` keeps the rows.
+
+Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR ...] [--warm 12]
+[--only TEXT] [--skip N] [--limit N] [--timeout 180] [--runs 20] [--tol 1e-4] [--tune] [--json FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+SIDES = ("eager", "ours", "compile", "reduce_overhead")
+
+
+# ----------------------------------------------------------------------------------------------
+# One problem (runs inside a worker process)
+
+
+def _setup_torch() -> Any:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_grad_enabled(False)
+    return torch
+
+
+def _namespace(source: str, path: Path) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"kb_{path.stem}"}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the problem under test
+    return namespace
+
+
+def _draw(torch: Any, namespace: dict[str, Any], seed: int) -> list[Any]:
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        return [x.cuda() if torch.is_tensor(x) else x for x in namespace["get_inputs"]()]
+
+
+def _outputs(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _generate(path: Path, tune: bool, tune_budget: float = 30.0) -> tuple[Any, Any, dict[str, Any]]:
+    """Task, candidate and notes (kernels, declared ops, tuning) of the generated program."""
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.task import load_task
+
+    task = load_task(str(path))
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    candidate = emit_candidate(ir, plan)
+    info: dict[str, Any] = {"kernels": len(plan.items)}
+    if tune:
+        from stitch_graph.execution.autotune import tune_program
+
+        try:
+            tuned, _tuning, report = tune_program(task, ir, plan, budget_s=tune_budget)
+            info["tuning"] = report.model_dump()
+            info["untuned"] = candidate
+            candidate = tuned
+        except Exception as error:  # noqa: BLE001 - the untuned program is measured instead
+            info["tune_error"] = f"{type(error).__name__}: {error}"[:200]
+    info["declared"] = list(candidate.declared_torch_ops)
+    return task, candidate, info
+
+
+def _build(torch: Any, task: Any, candidate: Any, namespace: dict[str, Any]) -> tuple[Any, Any]:
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
+    torch.manual_seed(0)
+    reference = namespace["Model"](*init).cuda()
+    host: dict[str, Any] = {"KERNELS": KernelLibrary(candidate.kernel_source), "__name__": "ours"}
+    exec(compile(candidate.host_source, "<generated host>", "exec"), host)  # noqa: S102
+    ours = host["ModelNew"](*init).cuda()
+    ours.load_state_dict(reference.state_dict())
+    ours.train(reference.training)
+    return reference, ours
+
+
+def _check(
+    torch: Any, reference: Any, ours: Any, namespace: dict, tol: float
+) -> tuple[bool, float]:
+    worst, ok = 0.0, True
+    for trial in range(3):
+        args = _draw(torch, namespace, 1000 + trial)
+        expected = _outputs(reference(*args))
+        got = _outputs(ours(*args))
+        if len(expected) != len(got):
+            return False, math.inf
+        for e, g in zip(expected, got, strict=True):
+            if not torch.is_tensor(e):
+                ok &= e == g
+                continue
+            if e.shape != g.shape or e.dtype != g.dtype:
+                return False, math.inf
+            if e.numel():
+                diff = (e.double() - g.double()).abs().nan_to_num(nan=math.inf)
+                both_nan = e.isnan() & g.isnan()
+                worst = max(worst, float(diff[~both_nan].max()) if (~both_nan).any() else 0.0)
+            ok &= bool(torch.allclose(e, g, atol=tol, rtol=tol, equal_nan=True))
+    return ok, worst
+
+
+def _timer(torch: Any, args: list[Any], runs: int) -> Any:
+    """``time(fn)``: the Verifier's timing rules, inputs refilled in place from device copies."""
+    from stitch_graph.execution.timing import make_flush_buffer, time_cuda
+
+    clean = [a.clone() if torch.is_tensor(a) else a for a in args]
+    flush = make_flush_buffer()
+
+    def refill(_run: int) -> None:
+        for dst, src in zip(args, clean, strict=True):
+            if torch.is_tensor(dst):
+                dst.copy_(src)
+
+    def time_it(fn: Any) -> float:
+        return time_cuda(lambda: fn(*args), runs=runs, before_each=refill, flush_buffer=flush)[
+            "median_ms"
+        ]
+
+    return time_it
+
+
+def measure(path: Path, *, tol: float, runs: int, tune: bool, tune_budget: float) -> dict[str, Any]:
+    """The row of one problem: correctness of the generated program and four timings."""
+    torch = _setup_torch()
+    row: dict[str, Any] = {"problem": f"{path.parent.name}/{path.stem}"}
+    started = time.perf_counter()
+    task, candidate, info = _generate(path, tune, tune_budget)
+    untuned = info.pop("untuned", None)
+    row.update(info)
+    row["generate_s"] = round(time.perf_counter() - started, 2)
+    namespace = _namespace(task.source, path)
+    reference, ours = _build(torch, task, candidate, namespace)
+    row["correct"], row["max_err"] = _check(torch, reference, ours, namespace, tol)
+    args = _draw(torch, namespace, 7)
+    time_it = _timer(torch, args, runs)
+    row["eager_ms"] = time_it(reference)
+    row["ours_ms"] = time_it(ours)
+    if untuned is not None:
+        row["untuned_ms"] = time_it(_build(torch, task, untuned, namespace)[1])
+    for side, mode in (("compile", "default"), ("reduce_overhead", "reduce-overhead")):
+        t0 = time.perf_counter()
+        try:
+            row[f"{side}_ms"] = time_it(torch.compile(reference, mode=mode))
+        except Exception as error:  # noqa: BLE001 - a baseline that fails is a blank cell
+            row[f"{side}_error"] = f"{type(error).__name__}: {error}"[:160]
+        row[f"{side}_s"] = round(time.perf_counter() - t0, 2)
+    row["seconds"] = round(time.perf_counter() - started, 2)
+    return row
+
+
+def warm(path: Path) -> None:
+    """Fill the build and compile caches for one problem; its numbers are thrown away.
+
+    Tuning is left to the timing phase: times taken while other processes share the GPU would
+    choose (and cache) the wrong settings.
+    """
+    torch = _setup_torch()
+    task, candidate, _ = _generate(path, tune=False)
+    namespace = _namespace(task.source, path)
+    reference, _ours = _build(torch, task, candidate, namespace)
+    args = _draw(torch, namespace, 7)
+    for mode in ("default", "reduce-overhead"):
+        compiled = torch.compile(reference, mode=mode)
+        for _ in range(3):
+            compiled(*args)
+    torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------------------------------------
+# Workers
+
+
+def _serve(jobs: Any, rows: Any) -> None:
+    """Timing worker: measure each problem it is sent; an exception becomes an error row."""
+    while (job := jobs.get()) is not None:
+        path, options = job
+        try:
+            rows.put(measure(Path(path), **options))
+        except Exception as error:  # noqa: BLE001
+            rows.put({"error": f"{type(error).__name__}: {error}"[:300]})
+
+
+class IsolatedMeasurer:
+    """Runs ``measure`` in a spawned worker; a crash or a hang becomes an error row."""
+
+    def __init__(self, timeout_s: float, options: dict[str, Any]) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._timeout = timeout_s
+        self._options = options
+        self._worker: Any = None
+
+    def __call__(self, path: Path) -> dict[str, Any]:
+        if self._worker is None or not self._worker.is_alive():
+            self._jobs, self._rows = self._context.Queue(), self._context.Queue()
+            self._worker = self._context.Process(target=_serve, args=(self._jobs, self._rows))
+            self._worker.start()
+        self._jobs.put((str(path), self._options))
+        deadline = time.time() + self._timeout
+        while time.time() < deadline:
+            try:
+                return self._rows.get(timeout=1.0)
+            except queue.Empty:
+                if not self._worker.is_alive():
+                    return self._lost(f"worker died (exit code {self._worker.exitcode})")
+        return self._lost(f"no answer in {self._timeout:.0f} s")
+
+    def _lost(self, why: str) -> dict[str, Any]:
+        self._worker.kill()
+        self._worker.join()
+        self._worker = None
+        return {"error": why}
+
+    def close(self) -> None:
+        if self._worker is not None and self._worker.is_alive():
+            self._jobs.put(None)
+            self._worker.join(timeout=10)
+
+
+def warm_all(paths: list[Path], processes: int, deadline_s: float) -> float:
+    """Warm the caches with ``processes`` workers in parallel, each taking every n-th problem."""
+    started = time.perf_counter()
+    workers = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--warm-only", *map(str, paths[k::processes])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "CUDA_MODULE_LOADING": "LAZY"},
+        )
+        for k in range(processes)
+        if paths[k::processes]
+    ]
+    for worker in workers:
+        try:
+            worker.wait(timeout=max(1.0, deadline_s - (time.perf_counter() - started)))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    return time.perf_counter() - started
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+
+
+def gmean(values: list[float]) -> float:
+    """Geometric mean; NaN for no values."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def speedup(row: dict[str, Any], side: str) -> float | None:
+    """Baseline time over ours, where both exist."""
+    base, ours = row.get(f"{side}_ms"), row.get("ours_ms")
+    return base / ours if base and ours else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-level geometric means over correct rows and fast_0/fast_1 over all rows."""
+    correct = [r for r in rows if r.get("correct")]
+    summary: dict[str, Any] = {
+        "problems": len(rows),
+        "correct": len(correct),
+        "partial": sum(1 for r in correct if r.get("declared")),
+        "errors": sum(1 for r in rows if "error" in r),
+        "fast_0": len(correct) / len(rows) if rows else math.nan,
+    }
+    tuned = [r["untuned_ms"] / r["ours_ms"] for r in correct if r.get("untuned_ms")]
+    summary["gmean_tuned_vs_untuned"] = gmean(tuned)
+    for side in ("eager", "compile", "reduce_overhead"):
+        ratios = [s for r in correct if (s := speedup(r, side))]
+        summary[f"gmean_vs_{side}"] = gmean(ratios)
+        summary[f"n_vs_{side}"] = len(ratios)
+        summary[f"fast_1_vs_{side}"] = (
+            sum(1 for r in correct if (speedup(r, side) or 0) > 1.0) / len(rows) if rows else 0
+        )
+    return summary
+
+
+def _cell(value: float | None, width: int = 8, digits: int = 3) -> str:
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}s}"
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One line per problem; errors on their own line."""
+    name = row["problem"][:44]
+    if "error" in row:
+        print(f"{name:44s} ERROR {row['error']}", flush=True)
+        return
+    ratios = "".join(_cell(speedup(row, s), 7, 2) for s in ("eager", "compile", "reduce_overhead"))
+    print(
+        f"{name:44s} {str(row['correct']):>5s} {row['max_err']:9.1e}"
+        + "".join(_cell(row.get(f"{s}_ms")) for s in SIDES)
+        + ratios
+        + _cell(row["untuned_ms"] / row["ours_ms"] if row.get("untuned_ms") else None, 7, 2)
+        + f"{row.get('seconds', 0):6.1f}s  {','.join(row.get('declared', [])) or '-'}",
+        flush=True,
+    )
+
+
+def print_summary(level: str, summary: dict[str, Any]) -> None:
+    """The per-level block."""
+    print(
+        f"{level}: {summary['correct']}/{summary['problems']} correct "
+        f"({summary['partial']} partial, {summary['errors']} errors); geomean vs eager "
+        f"{summary['gmean_vs_eager']:.2f}, vs compile {summary['gmean_vs_compile']:.2f}, "
+        f"vs reduce-overhead {summary['gmean_vs_reduce_overhead']:.2f}; fast_0 "
+        f"{summary['fast_0']:.2f}, fast_1 vs eager {summary['fast_1_vs_eager']:.2f}, "
+        f"vs compile {summary['fast_1_vs_compile']:.2f}, "
+        f"vs reduce-overhead {summary['fast_1_vs_reduce_overhead']:.2f}; tuned vs untuned "
+        f"{summary['gmean_tuned_vs_untuned']:.2f}",
+        flush=True,
+    )
+
+
+def machine() -> str:
+    """The GPU, torch and CUDA versions, for the header of a sweep."""
+    import torch
+
+    return (
+        f"{torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} "
+        f"| {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+def problem_files(folders: list[Path], only: str, limit: int, skip: int = 0) -> list[Path]:
+    """The problems of each level folder, sorted by KernelBench's numeric prefix."""
+
+    def number(path: Path) -> tuple[int, str]:
+        head = path.stem.split("_", 1)[0]
+        return (int(head) if head.isdigit() else 10**6, path.stem)
+
+    files: list[Path] = []
+    for folder in folders:
+        found = sorted((p for p in folder.glob("*.py") if only in p.name), key=number)
+        found = found[skip:]
+        files += found[:limit] if limit else found
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Warm, time, print the rows and the per-level summaries."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--only", default="", help="only problems whose file name contains this")
+    parser.add_argument("--limit", type=int, default=0, help="first N problems of each level")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N of each level")
+    parser.add_argument("--warm", type=int, default=0, help="processes warming caches first")
+    parser.add_argument("--warm-deadline", type=float, default=300.0)
+    parser.add_argument("--timeout", type=float, default=180.0, help="per-problem limit (s)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--tol", type=float, default=1e-4)
+    parser.add_argument("--tune", action="store_true", help="autotune the generated kernels")
+    parser.add_argument("--tune-budget", type=float, default=30.0, help="seconds per problem")
+    parser.add_argument("--json", type=Path, help="write the rows and summaries here")
+    parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.warm_only:
+        for path in opts.folders:
+            try:
+                warm(path)
+            except Exception:  # noqa: BLE001 - the timing phase reports it
+                traceback.print_exc()
+        return 0
+
+    files = problem_files(opts.folders, opts.only, opts.limit, opts.skip)
+    print(f"# {machine()}", flush=True)
+    if opts.warm:
+        spent = warm_all(files, opts.warm, opts.warm_deadline)
+        print(f"# warmed {len(files)} problems with {opts.warm} processes in {spent:.0f} s")
+    print(
+        f"{'problem':44s} {'ok':>5s} {'max_err':>9s}"
+        + "".join(f"{s[:8]:>8s}" for s in SIDES)
+        + f"{'xeager':>7s}{'xcomp':>7s}{'xro':>7s}{'xtune':>7s}{'time':>7s}  declared",
+        flush=True,
+    )
+    measurer = IsolatedMeasurer(
+        opts.timeout,
+        {"tol": opts.tol, "runs": opts.runs, "tune": opts.tune, "tune_budget": opts.tune_budget},
+    )
+    rows: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    try:
+        for path in files:
+            row = measurer(path)
+            row.setdefault("problem", f"{path.parent.name}/{path.stem}")
+            rows.setdefault(path.parent.name, []).append(row)
+            print_row(row)
+            if opts.json:
+                with opts.json.with_suffix(".rows.jsonl").open("a") as stream:
+                    stream.write(json.dumps(row, default=str) + "\n")
+    finally:
+        measurer.close()
+    summaries = {level: summarize(level_rows) for level, level_rows in rows.items()}
+    for level, summary in summaries.items():
+        print_summary(level, summary)
+    print(f"# timed {len(files)} problems in {time.perf_counter() - started:.0f} s")
+    if opts.json:
+        opts.json.write_text(
+            json.dumps(
+                {"machine": machine(), "rows": rows, "summaries": summaries}, indent=1, default=str
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
