@@ -17,7 +17,10 @@ worker is replaced after a crash or a hang, so a bad problem costs one row.
 
 Prints one row per problem, then per level: geometric means of the speedups over the correct rows
 against eager, compile and reduce-overhead, and KernelBench's fast_0 / fast_1 (share of all
-problems that are correct / correct and faster than the baseline). ``--json FILE`` keeps the rows.
+problems that are correct / correct and faster than the baseline). ``--json FILE`` keeps the rows
+(and ``FILE.rows.jsonl`` each row as it comes, so a run cut short keeps what it measured);
+``--summarize OUTPUT...`` reads printed sweeps back (parts of one level joined) and prints the
+summaries and the slowest rows against torch.compile.
 
 Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR ...] [--warm 12]
 [--only TEXT] [--skip N] [--limit N] [--timeout 180] [--runs 20] [--tol 1e-4] [--tune] [--json FILE]``
@@ -368,6 +371,44 @@ def problem_files(folders: list[Path], only: str, limit: int, skip: int = 0) -> 
     return files
 
 
+def rows_from_output(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:
+    """Rows read back from printed sweeps (several parts of one level may be joined)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            head, _, rest = line.partition(" ")
+            if "/" not in head or not head.startswith("level"):
+                continue
+            fields = rest.split()
+            row: dict[str, Any] = {"problem": head}
+            if fields[0] == "ERROR":
+                row["error"] = rest.partition("ERROR ")[2]
+            else:
+                row["correct"] = fields[0] == "True"
+                row["max_err"] = float(fields[1])
+                for side, cell in zip(SIDES, fields[2:6], strict=True):
+                    if cell != "-":
+                        row[f"{side}_ms"] = float(cell)
+                xtune = fields[9]
+                if xtune != "-" and row.get("ours_ms"):
+                    row["untuned_ms"] = float(xtune) * row["ours_ms"]
+                row["declared"] = [] if fields[-1] == "-" else fields[-1].split(",")
+            rows.setdefault(head.split("/")[0], []).append(row)
+    return rows
+
+
+def print_slowest(rows: list[dict[str, Any]], side: str = "compile", count: int = 10) -> None:
+    """The correct rows that lose most against ``side``."""
+    ranked = sorted(
+        (r for r in rows if r.get("correct") and speedup(r, side)), key=lambda r: speedup(r, side)
+    )
+    for row in ranked[:count]:
+        print(
+            f"  {row['problem']:50s} vs {side} {speedup(row, side):.2f}, "
+            f"vs eager {speedup(row, 'eager') or math.nan:.2f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Warm, time, print the rows and the per-level summaries."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -384,7 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-budget", type=float, default=30.0, help="seconds per problem")
     parser.add_argument("--json", type=Path, help="write the rows and summaries here")
     parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--summarize", action="store_true", help="the folders are printed sweeps: summarize them"
+    )
     opts = parser.parse_args(argv)
+    if opts.summarize:
+        for level, level_rows in sorted(rows_from_output(opts.folders).items()):
+            print_summary(level, summarize(level_rows))
+            print_slowest(level_rows)
+        return 0
     if opts.warm_only:
         for path in opts.folders:
             try:

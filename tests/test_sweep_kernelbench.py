@@ -1,0 +1,88 @@
+"""The KernelBench sweep's bookkeeping: speedups, per-level summaries, fast_p, rows read back."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "sweep_kernelbench.py"
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("sweep_kernelbench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROWS = [
+    {
+        "problem": "level2/1_a",
+        "correct": True,
+        "max_err": 0.0,
+        "eager_ms": 2.0,
+        "ours_ms": 1.0,
+        "compile_ms": 1.5,
+        "reduce_overhead_ms": 0.5,
+        "untuned_ms": 2.0,
+        "declared": [],
+    },
+    {
+        "problem": "level2/2_b",
+        "correct": True,
+        "max_err": 0.0,
+        "eager_ms": 1.0,
+        "ours_ms": 2.0,
+        "compile_ms": 1.0,
+        "reduce_overhead_ms": 1.0,
+        "declared": ["dropout"],
+    },
+    {
+        "problem": "level2/3_c",
+        "correct": False,
+        "max_err": 1.0,
+        "eager_ms": 1.0,
+        "ours_ms": 0.1,
+        "compile_ms": 1.0,
+        "reduce_overhead_ms": 1.0,
+        "declared": [],
+    },
+    {"problem": "level2/4_d", "error": "worker died (exit code -11)"},
+]
+
+
+def test_summary_counts_wrong_and_failed_rows_against_fast_p(sweep):
+    summary = sweep.summarize(ROWS)
+    assert summary["problems"] == 4 and summary["correct"] == 2
+    assert summary["partial"] == 1 and summary["errors"] == 1
+    assert summary["fast_0"] == pytest.approx(0.5)
+    # the wrong row's 10x is never counted
+    assert summary["gmean_vs_eager"] == pytest.approx(math.sqrt(2.0 * 0.5))
+    assert summary["gmean_vs_compile"] == pytest.approx(math.sqrt(1.5 * 0.5))
+    assert summary["fast_1_vs_eager"] == pytest.approx(0.25)
+    assert summary["fast_1_vs_reduce_overhead"] == 0.0
+    assert summary["gmean_tuned_vs_untuned"] == pytest.approx(2.0)
+
+
+def test_printed_rows_read_back_to_the_same_summary(sweep, tmp_path, capsys):
+    for row in ROWS:
+        sweep.print_row(row)
+    printed = tmp_path / "part.txt"
+    printed.write_text("# header\n" + capsys.readouterr().out)
+    back = sweep.rows_from_output([printed])["level2"]
+    assert [r["problem"] for r in back] == [r["problem"] for r in ROWS]
+    ours, theirs = sweep.summarize(back), sweep.summarize(ROWS)
+    for key in ("correct", "partial", "errors", "fast_1_vs_compile"):
+        assert ours[key] == theirs[key]
+    assert ours["gmean_vs_compile"] == pytest.approx(theirs["gmean_vs_compile"], rel=1e-3)
+
+
+def test_problems_are_ordered_by_number_with_skip_and_limit(sweep, tmp_path):
+    for name in ("10_x.py", "2_y.py", "1_z.py", "3_w.py"):
+        (tmp_path / name).write_text("")
+    files = sweep.problem_files([tmp_path], only="", limit=2, skip=1)
+    assert [f.name for f in files] == ["2_y.py", "3_w.py"]
