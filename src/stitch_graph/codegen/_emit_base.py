@@ -2,9 +2,10 @@
 literals and broadcast offsets, and ``_EmitterBase`` with the expression and pointwise emitters.
 
 Every other emitter module builds on this one: a group's member ops become CUDA expressions here
-(``exprs``, ``indexed`` for ops that read other positions, ``value_of``), and fused pointwise
-kernels (grid-stride, with a float4 twin) are written by ``pointwise``. The mixins for
-reductions, softmax/norms, convolutions, pooling/scans and GEMMs subclass ``_EmitterBase``.
+(``exprs``; ``indexed`` for ops that read other positions, one rule per op in ``_INDEXED_RULES``;
+``value_of``), and fused pointwise kernels (grid-stride, with a float4 twin) are written by
+``pointwise``. The mixins for reductions, softmax/norms, convolutions, pooling/scans and GEMMs
+subclass ``_EmitterBase``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,42 @@ class _Args:
         return ", ".join(params + extra)
 
 
+@dataclass(frozen=True)
+class _Position:
+    """The output element an indexed op computes: linear index ``idx`` of ``space``, with the
+    op's output ``shape`` aligned right against ``space`` (it may be broadcast into it)."""
+
+    ir: ProgramIR
+    shape: tuple[int, ...]
+    space: tuple[int, ...]
+    idx: str
+
+    @property
+    def nd(self) -> int:
+        """Rank of the op's output, at least 1 (``dim`` arguments are taken modulo it)."""
+        return max(len(self.shape), 1)
+
+    def coord(self, d: int) -> str:
+        """Coordinate of the output element along dim ``d`` of the op's output."""
+        lead = len(self.space) - len(self.shape)
+        inner = numel(self.space[lead + d + 1 :])
+        c = f"({self.idx} / {inner})" if inner > 1 else f"({self.idx})"
+        return f"(int)({c} % {self.space[lead + d]})"
+
+    def base(self, ref: Ref, skip: set[int]) -> str:
+        """Offset of ``ref`` at the output position, without the dims in ``skip``."""
+        rshape = list(self.ir.shapes[ref])
+        rlead = len(self.shape) - len(rshape)
+        masked = tuple(1 if rlead + d in skip else n for d, n in enumerate(rshape))
+        return _offset(masked, tuple(self.ir.strides[ref]), self.space, self.idx)
+
+    def stride(self, ref: Ref, d: int) -> int:
+        """Stride of ``ref`` along dim ``d`` of the op's output (0 where ``ref`` broadcasts)."""
+        rshape = self.ir.shapes[ref]
+        rd = d - (len(self.shape) - len(rshape))
+        return 0 if rd < 0 or rshape[rd] == 1 else int(self.ir.strides[ref][rd])
+
+
 def _aligned_launch(
     aligned: list[str], kernel: str, launch: tuple[int, int], py_args: str, scalar_launch: str
 ) -> list[str]:
@@ -113,6 +150,22 @@ def _py(ref: Ref) -> str:
     if ref.kind == "param":
         return f"_get(self, {ref.name!r})"
     return ref.name
+
+
+# Indexed op (``ops.INDEXED``) -> the name of the ``_EmitterBase`` method that builds its value at
+# one output position (looked up on the instance, so overrides apply); a new indexed op is one
+# method and one entry here, besides its name in ``ops.INDEXED``.
+_INDEXED_RULES: dict[str, str] = {
+    "cat": "_indexed_cat",
+    "stack": "_indexed_stack",
+    "flip": "_indexed_flip",
+    "gather": "_indexed_gather",
+    "index": "_indexed_index",
+    "roll": "_indexed_roll",
+    "pad": "_indexed_pad",
+    "triu": "_indexed_triangle",
+    "tril": "_indexed_triangle",
+}
 
 
 class _EmitterBase:
@@ -174,144 +227,161 @@ class _EmitterBase:
     ) -> str:
         """Value of an op that reads its operands at other positions than the output's.
 
-        ``cat`` picks the operand whose slice holds the output coordinate along ``dim``;
-        ``flip`` mirrors the coordinate along its dims; ``gather`` replaces it by the index
-        operand's value (clamped into range); ``triu``/``tril`` compare row and column. The
-        node's shape is aligned right against ``space`` (it may be broadcast into it).
+        The op's rule in ``_INDEXED_RULES`` builds it from the output position (``_Position``).
         Operands are always read from memory, never from fused values (see the scheduler).
         """
+        rule = _INDEXED_RULES.get(node.op)
+        if rule is None:
+            msg = f"{node.name}: no indexed rule for {node.op}"
+            raise EmitError(msg)
+        at = _Position(self.ir, tuple(node.shape), space, idx)
+        return getattr(self, rule)(node, at, args, env)
+
+    def _indexed_cat(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand whose slice holds the output coordinate along ``dim``."""
         ir = self.ir
-        shape = tuple(node.shape)
-        lead = len(space) - len(shape)
+        tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+        dim = int(node.args.get("dim", 0)) % at.nd
+        c = at.coord(dim)
+        start = 0
+        parts: list[tuple[int, str]] = []
+        for ref in tensors:
+            size = ir.shapes[ref][dim - (len(at.shape) - len(ir.shapes[ref]))]
+            if size == 0:
+                continue
+            load = f"{args.param(ref)}[{at.base(ref, {dim})} + ({c} - {start}) * {at.stride(ref, dim)}]"  # noqa: E501
+            start += size
+            parts.append((start, load))
+        value = parts[-1][1]
+        for end, load in reversed(parts[:-1]):
+            value = f"({c} < {end} ? {load} : {value})"
+        return value
 
-        def coord(d: int) -> str:
-            """Coordinate of the output element along dim ``d`` of the node's shape."""
-            inner = numel(space[lead + d + 1 :])
-            c = f"({idx} / {inner})" if inner > 1 else f"({idx})"
-            return f"(int)({c} % {space[lead + d]})"
-
-        def base(ref: Ref, skip: set[int]) -> str:
-            """Offset of ``ref`` at the output position, without the dims in ``skip``."""
+    def _indexed_stack(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand whose index along the new ``dim`` is the output coordinate."""
+        ir = self.ir
+        tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+        dim = int(node.args.get("dim", 0)) % at.nd
+        c = at.coord(dim)
+        loads = []
+        for ref in tensors:
             rshape = list(ir.shapes[ref])
-            rlead = len(shape) - len(rshape)
-            masked = tuple(1 if rlead + d in skip else n for d, n in enumerate(rshape))
-            return _offset(masked, tuple(ir.strides[ref]), space, idx)
+            rstrides = list(ir.strides[ref])
+            rd = dim - (len(at.shape) - 1 - len(rshape))
+            masked = tuple(rshape[:rd] + [1] + rshape[rd:])
+            strides = tuple(rstrides[:rd] + [0] + rstrides[rd:])
+            loads.append(f"{args.param(ref)}[{_offset(masked, strides, at.space, at.idx)}]")
+        value = loads[-1]
+        for k in range(len(loads) - 2, -1, -1):
+            value = f"({c} == {k} ? {loads[k]} : {value})"
+        return value
 
-        def stride(ref: Ref, d: int) -> int:
-            rshape = ir.shapes[ref]
-            rd = d - (len(shape) - len(rshape))
-            return 0 if rd < 0 or rshape[rd] == 1 else int(ir.strides[ref][rd])
+    def _indexed_flip(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand with the coordinate mirrored along each of ``dims``."""
+        src: Ref = node.args["input"]
+        raw = node.args.get("dims")
+        dims = {int(d) % at.nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
+        terms = [at.base(src, dims)]
+        for d in sorted(dims):
+            terms.append(f"({at.shape[d] - 1} - {at.coord(d)}) * {at.stride(src, d)}")
+        return f"{args.param(src)}[{' + '.join(terms)}]"
 
-        nd = max(len(shape), 1)
-        if node.op == "cat":
-            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
-            dim = int(node.args.get("dim", 0)) % nd
-            c = coord(dim)
-            start = 0
-            parts: list[tuple[int, str]] = []
-            for ref in tensors:
-                size = ir.shapes[ref][dim - (len(shape) - len(ir.shapes[ref]))]
-                if size == 0:
-                    continue
-                load = f"{args.param(ref)}[{base(ref, {dim})} + ({c} - {start}) * {stride(ref, dim)}]"
-                start += size
-                parts.append((start, load))
-            value = parts[-1][1]
-            for end, load in reversed(parts[:-1]):
-                value = f"({c} < {end} ? {load} : {value})"
-            return value
-        if node.op == "stack":
-            tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
-            dim = int(node.args.get("dim", 0)) % nd
-            c = coord(dim)
-            loads = []
-            for ref in tensors:
-                rshape = list(ir.shapes[ref])
-                rstrides = list(ir.strides[ref])
-                rd = dim - (len(shape) - 1 - len(rshape))
-                masked = tuple(rshape[:rd] + [1] + rshape[rd:])
-                strides = tuple(rstrides[:rd] + [0] + rstrides[rd:])
-                loads.append(f"{args.param(ref)}[{_offset(masked, strides, space, idx)}]")
-            value = loads[-1]
-            for k in range(len(loads) - 2, -1, -1):
-                value = f"({c} == {k} ? {loads[k]} : {value})"
-            return value
-        if node.op == "flip":
-            src: Ref = node.args["input"]
-            raw = node.args.get("dims")
-            dims = {int(d) % nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
-            terms = [base(src, dims)]
-            for d in sorted(dims):
-                terms.append(f"({shape[d] - 1} - {coord(d)}) * {stride(src, d)}")
-            return f"{args.param(src)}[{' + '.join(terms)}]"
-        if node.op == "gather":
-            src = node.args["input"]
-            index: Ref = node.args["index"]
-            dim = int(node.args["dim"]) % nd
-            size = ir.shapes[src][dim]
-            at = env.get(index.name) if index.kind == "node" else None
-            at = at or f"{args.param(index)}[{_offset(ir.shapes[index], ir.strides[index], space, idx)}]"  # noqa: E501
-            k = f"(long long)({at})"
-            k = f"({k} < 0 ? {k} + {size} : {k})"
-            k = f"min(max({k}, 0LL), {size - 1}LL)"
-            return f"{args.param(src)}[{base(src, {dim})} + {k} * {stride(src, dim)}]"
-        if node.op == "index":
-            src = node.args["input"]
-            d, index = index_position(ir, node) or (0, node.args["input"])
-            rshape, rstrides = ir.shapes[src], ir.strides[src]
-            k = len(ir.shapes[index])
-            at = " + ".join(
-                [f"{coord(d + m)} * {s_}" for m, s_ in enumerate(ir.strides[index]) if ir.shapes[index][m] != 1]  # noqa: E501
-            ) or "0"
-            i = f"(long long)({args.param(index)}[{at}])"
-            i = f"min(max(({i} < 0 ? {i} + {rshape[d]} : {i}), 0LL), {rshape[d] - 1}LL)"
-            terms = [f"{i} * {rstrides[d]}"]
-            for j in range(len(rshape)):
-                if j != d and rshape[j] != 1:
-                    terms.append(f"{coord(j if j < d else j + k - 1)} * {rstrides[j]}")
-            return f"{args.param(src)}[{' + '.join(terms)}]"
-        if node.op == "roll":
-            src = node.args["input"]
-            shifts, dims = node.args["shifts"], node.args["dims"]
-            shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
-            dims = [int(v) % nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
-            terms = [base(src, set(dims))]
-            for shift, d in zip(shifts, dims, strict=True):
-                n = shape[d]
-                terms.append(f"(({coord(d)} + {(-int(shift)) % n}) % {n}) * {stride(src, d)}")
-            return f"{args.param(src)}[{' + '.join(terms)}]"
-        if node.op == "pad":
-            src = node.args["input"]
-            pads = [int(v) for v in node.args["pad"]]
-            rshape = ir.shapes[src]
-            fill = node.args.get("value")
-            inside: list[str] = []
-            terms: list[str] = []
-            padded: set[int] = set()
-            for j in range(len(pads) // 2):
-                d = len(shape) - 1 - j
-                before = pads[2 * j]
-                if before == 0 and pads[2 * j + 1] == 0:
-                    continue
-                padded.add(d)
-                c = f"({coord(d)} - {before})"
-                inside.append(f"{c} >= 0 && {c} < {rshape[d]}")
-                terms.append(f"{c} * {stride(src, d)}")
-            load = f"{args.param(src)}[{' + '.join([base(src, padded), *terms])}]"
-            if not inside:
-                return load
-            return f"(({' && '.join(inside)}) ? {load} : {_literal(float(fill or 0.0))})"
-        if node.op in ("triu", "tril"):
-            src = node.args["input"]
-            diagonal = int(node.args.get("diagonal", 0) or 0)
-            row, col = coord(len(shape) - 2), coord(len(shape) - 1)
-            value = self.value_of(src, space, idx, env, args)
-            keep = f"{col} - {row} >= {diagonal}" if node.op == "triu" else (
-                f"{col} - {row} <= {diagonal}"
-            )
-            return f"(({keep}) ? {value} : 0.f)"
-        msg = f"{node.name}: no indexed rule for {node.op}"
-        raise EmitError(msg)
+    def _indexed_gather(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand with the coordinate along ``dim`` replaced by the index operand's
+        value (negative values wrap, then clamped into range)."""
+        ir = self.ir
+        src: Ref = node.args["input"]
+        index: Ref = node.args["index"]
+        dim = int(node.args["dim"]) % at.nd
+        size = ir.shapes[src][dim]
+        value = env.get(index.name) if index.kind == "node" else None
+        value = value or f"{args.param(index)}[{_offset(ir.shapes[index], ir.strides[index], at.space, at.idx)}]"  # noqa: E501
+        k = f"(long long)({value})"
+        k = f"({k} < 0 ? {k} + {size} : {k})"
+        k = f"min(max({k}, 0LL), {size - 1}LL)"
+        return f"{args.param(src)}[{at.base(src, {dim})} + {k} * {at.stride(src, dim)}]"
+
+    def _indexed_index(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """Advanced indexing by one index tensor: its value (wrapped, clamped) replaces the
+        coordinate along the indexed dim; the index's dims take the place of that dim."""
+        ir = self.ir
+        src: Ref = node.args["input"]
+        d, index = index_position(ir, node) or (0, node.args["input"])
+        rshape, rstrides = ir.shapes[src], ir.strides[src]
+        k = len(ir.shapes[index])
+        offset = " + ".join(
+            [f"{at.coord(d + m)} * {s_}" for m, s_ in enumerate(ir.strides[index]) if ir.shapes[index][m] != 1]  # noqa: E501
+        ) or "0"
+        i = f"(long long)({args.param(index)}[{offset}])"
+        i = f"min(max(({i} < 0 ? {i} + {rshape[d]} : {i}), 0LL), {rshape[d] - 1}LL)"
+        terms = [f"{i} * {rstrides[d]}"]
+        for j in range(len(rshape)):
+            if j != d and rshape[j] != 1:
+                terms.append(f"{at.coord(j if j < d else j + k - 1)} * {rstrides[j]}")
+        return f"{args.param(src)}[{' + '.join(terms)}]"
+
+    def _indexed_roll(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand with the coordinate shifted cyclically along each of ``dims``."""
+        src: Ref = node.args["input"]
+        shifts, dims = node.args["shifts"], node.args["dims"]
+        shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+        dims = [int(v) % at.nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
+        terms = [at.base(src, set(dims))]
+        for shift, d in zip(shifts, dims, strict=True):
+            n = at.shape[d]
+            terms.append(f"(({at.coord(d)} + {(-int(shift)) % n}) % {n}) * {at.stride(src, d)}")
+        return f"{args.param(src)}[{' + '.join(terms)}]"
+
+    def _indexed_pad(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The operand shifted by the leading pads, or the fill value outside it."""
+        src: Ref = node.args["input"]
+        pads = [int(v) for v in node.args["pad"]]
+        rshape = self.ir.shapes[src]
+        fill = node.args.get("value")
+        inside: list[str] = []
+        terms: list[str] = []
+        padded: set[int] = set()
+        for j in range(len(pads) // 2):
+            d = len(at.shape) - 1 - j
+            before = pads[2 * j]
+            if before == 0 and pads[2 * j + 1] == 0:
+                continue
+            padded.add(d)
+            c = f"({at.coord(d)} - {before})"
+            inside.append(f"{c} >= 0 && {c} < {rshape[d]}")
+            terms.append(f"{c} * {at.stride(src, d)}")
+        load = f"{args.param(src)}[{' + '.join([at.base(src, padded), *terms])}]"
+        if not inside:
+            return load
+        return f"(({' && '.join(inside)}) ? {load} : {_literal(float(fill or 0.0))})"
+
+    def _indexed_triangle(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """``triu`` / ``tril``: the value where the column minus the row is on the kept side of
+        ``diagonal``, else zero."""
+        src = node.args["input"]
+        diagonal = int(node.args.get("diagonal", 0) or 0)
+        row, col = at.coord(len(at.shape) - 2), at.coord(len(at.shape) - 1)
+        value = self.value_of(src, at.space, at.idx, env, args)
+        keep = f"{col} - {row} >= {diagonal}" if node.op == "triu" else (
+            f"{col} - {row} <= {diagonal}"
+        )
+        return f"(({keep}) ? {value} : 0.f)"
 
     def value_of(
         self, ref: Any, space: tuple[int, ...], idx: str, env: dict[str, str], args: _Args

@@ -1,0 +1,82 @@
+"""What every capture stage shares: the capture errors and helpers for traced values.
+
+The stages (tracing, lowering, alias tracking, decompositions) raise ``CaptureError`` and move
+values between the traced graph and the IR: ``_subst`` puts each fx node's ``Ref`` (or folded
+constant) in place of the node, ``_to_meta`` puts each ``Ref``'s meta tensor in place of the
+``Ref``. They live here so that no stage imports another just for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+
+
+class CaptureError(RuntimeError):
+    """The program could not be traced or its shapes could not be propagated."""
+
+
+class _PropagationError(CaptureError):
+    """The traced graph does not run on meta tensors."""
+
+
+_MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake into host code
+
+
+def _flat(value: Any) -> list[Any]:
+    """The leaves of nested lists, tuples and dict values."""
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, dict):
+        return _flat(list(value.values()))
+    return [value]
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    """The attribute of ``gm`` at a dotted path."""
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _is_tensor_seq(value: Any) -> bool:
+    """Whether a traced value is a non-empty list or tuple of tensors."""
+    return (
+        isinstance(value, list | tuple) and bool(value) and all(torch.is_tensor(v) for v in value)
+    )
+
+
+def _subst(value: Any, env: dict[str, Any]) -> Any:
+    """``value`` with every fx node replaced by what ``env`` binds it to."""
+    if isinstance(value, torch.fx.Node):
+        return env[value.name]
+    if isinstance(value, list | tuple):
+        return type(value)(_subst(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _subst(v, env) for k, v in value.items()}
+    if isinstance(value, torch.dtype | torch.device | torch.memory_format):
+        return value
+    return value
+
+
+def _node_of(ir: ProgramIR, ref: Ref) -> OpNode | None:
+    """The node that computes ``ref``; ``None`` for inputs and parameters."""
+    if ref.kind != "node":
+        return None
+    return next((n for n in ir.nodes if n.name == ref.name), None)
+
+
+def _to_meta(value: Any, ours: dict[Ref, Any]) -> Any:
+    """``value`` with every ``Ref`` replaced by its meta tensor in ``ours``."""
+    if isinstance(value, Ref):
+        return ours[value]
+    if isinstance(value, list | tuple):
+        return type(value)(_to_meta(v, ours) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_meta(v, ours) for k, v in value.items()}
+    return value

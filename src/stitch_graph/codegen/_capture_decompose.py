@@ -1,0 +1,268 @@
+"""Decompositions: composite functional calls (losses, distances, attention, ``einsum``,
+``embedding``) lowered to registry ops.
+
+The registry has no kernel for ``F.cross_entropy`` or ``F.scaled_dot_product_attention``, but it
+has one for each op they are made of; writing them out lets the scheduler fuse those ops like any
+other. A decomposition applies only where it reproduces the call exactly (float32 operands, no
+weights, no legacy reduction flags); otherwise the call stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.codegen._capture_base import CaptureError, _subst, _to_meta
+from stitch_graph.codegen._capture_names import _canonical_name, _qualname
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ops import OpInfo, lookup, parse_signature
+
+
+class _Builder:
+    """Appends canonical nodes for a decomposed call, shapes from meta tensors."""
+
+    def __init__(self, ir: ProgramIR, ours: dict[Ref, Any], name: str) -> None:
+        self.ir, self.ours, self.name, self.count = ir, ours, name, 0
+
+    def __call__(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Ref:
+        meta_args = _to_meta(list(args), self.ours)
+        meta_kwargs = _to_meta(dict(kwargs), self.ours)
+        if isinstance(fn, str):
+            meta = getattr(meta_args[0], fn)(*meta_args[1:], **meta_kwargs)
+            call = "." + fn
+        else:
+            meta = fn(*meta_args, **meta_kwargs)
+            call = _qualname(fn)
+        self.count += 1
+        name = f"{self.name}__{self.count}"
+        info = lookup(op)
+        if info is None:
+            msg = f"decomposition uses {op}, which is not in the op registry"
+            raise CaptureError(msg)
+        bound = info.bind(list(args), dict(kwargs))
+        if info.kind == "view" and op in ("view", "permute", "expand"):
+            rest = list(args[1:])
+            bound = {"input": args[0], "shape": rest[0] if len(rest) == 1 else rest}
+        dtype = str(meta.dtype).removeprefix("torch.")
+        node = OpNode(name, op, bound, tuple(meta.shape), dtype, call, list(args), dict(kwargs))
+        self.ir.nodes.append(node)
+        ref = Ref("node", name)
+        layout = meta if info.kind == "view" else torch.empty(meta.shape, dtype=meta.dtype, device="meta")  # noqa: E501
+        self.ours[ref] = layout
+        self.ir.shapes[ref] = tuple(layout.shape)
+        self.ir.strides[ref] = tuple(layout.stride())
+        self.ir.dtypes[ref] = dtype
+        return ref
+
+
+def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:
+    if reduction == "none":
+        return elem
+    if reduction == "mean":
+        return b("mean", torch.mean, elem)
+    if reduction == "sum":
+        return b("sum", torch.sum, elem)
+    if reduction == "batchmean" and batch:
+        return b("div", torch.div, b("sum", torch.sum, elem), float(batch))
+    return None
+
+
+_DECOMPOSE_SIGNATURES = {
+    "mse_loss": "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
+    "l1_loss": "input, target, size_average=None, reduce=None, reduction='mean'",
+    "smooth_l1_loss": "input, target, size_average=None, reduce=None, reduction='mean', beta=1.0",
+    "huber_loss": "input, target, reduction='mean', delta=1.0, weight=None",
+    "soft_margin_loss": "input, target, size_average=None, reduce=None, reduction='mean'",
+    "kl_div": "input, target, size_average=None, reduce=None, reduction='mean', log_target=False",
+    "binary_cross_entropy": "input, target, weight=None, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "binary_cross_entropy_with_logits": "input, target, weight=None, size_average=None, reduce=None, reduction='mean', pos_weight=None",  # noqa: E501
+    "cross_entropy": "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean', label_smoothing=0.0",  # noqa: E501
+    "nll_loss": "input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean'",  # noqa: E501
+    "pairwise_distance": "x1, x2, p=2.0, eps=1e-06, keepdim=False",
+    "cosine_similarity": "x1, x2, dim=1, eps=1e-08",
+    "triplet_margin_loss": "anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "scaled_dot_product_attention": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",  # noqa: E501
+}
+# elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
+_ELEMENTWISE_LOSSES = {
+    "mse_loss": ("mse_elem", ()),
+    "l1_loss": ("l1_elem", ()),
+    "smooth_l1_loss": ("smooth_l1_elem", ("beta",)),
+    "huber_loss": ("huber_elem", ("delta",)),
+    "soft_margin_loss": ("soft_margin_elem", ()),
+    "kl_div": ("kl_div_elem", ("log_target",)),
+    "binary_cross_entropy": ("bce_elem", ()),
+    "binary_cross_entropy_with_logits": ("bce_logits_elem", ()),
+}
+
+
+def _decompose(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any]
+) -> Ref | None:
+    """Lower a composite call (a loss, a distance, attention, einsum) to registry ops.
+
+    Returns the Ref of the result, or ``None`` (nothing appended) when the call is not one of
+    them or its arguments are outside what the decomposition reproduces exactly.
+    """
+    if fx_node.op not in ("call_function", "call_method"):
+        return None
+    name = _canonical_name(fx_node)
+    args = list(_subst(fx_node.args, env))
+    kwargs = dict(_subst(fx_node.kwargs, env))
+    if name == "einsum":
+        return _decompose_einsum(ir, fx_node, args, ours)
+    if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
+        idx, weight = args[0], args[1]
+        plain = all(v in (None, False, 2.0) for v in [*args[2:], *kwargs.values()])
+        if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
+            b = _Builder(ir, ours, fx_node.name)
+            return b("index", operator.getitem, weight, (idx,))
+    signature = _DECOMPOSE_SIGNATURES.get(name)
+    if signature is None or fx_node.op != "call_function":
+        return None
+    info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
+    a = info.bind(args, kwargs)
+    refs = [v for k, v in a.items() if isinstance(v, Ref)]
+    if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
+        return None
+    count = len(ir.nodes)
+    b = _Builder(ir, ours, fx_node.name)
+    try:
+        result = _decompose_call(ir, b, name, a)
+    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
+        result = None
+    if result is None:
+        del ir.nodes[count:]
+    return result
+
+
+def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    F = torch.nn.functional  # noqa: N806
+    if a.get("size_average") is not None or a.get("reduce") is not None:
+        return None  # legacy reduction flags
+    if name in _ELEMENTWISE_LOSSES:
+        op, extra = _ELEMENTWISE_LOSSES[name]
+        x, t = a["input"], a["target"]
+        if not isinstance(x, Ref) or not isinstance(t, Ref) or a.get("weight") is not None:
+            return None
+        if a.get("pos_weight") is not None or ir.dtypes[x] != "float32":
+            return None
+        if ir.shapes[x] != ir.shapes[t] or ir.dtypes[t] != "float32":
+            return None
+        if name == "smooth_l1_loss" and float(a["beta"]) == 0.0:
+            op, extra = "l1_elem", ()
+        fn = getattr(F, name)
+        elem = b(op, fn, x, t, reduction="none", **{k: a[k] for k in extra})
+        batch = ir.shapes[x][0] if ir.shapes[x] else 1
+        return _reduce_loss(b, elem, a["reduction"], batch)
+    if name in ("cross_entropy", "nll_loss"):
+        x, t = a["input"], a["target"]
+        if a.get("weight") is not None or float(a.get("label_smoothing") or 0.0) != 0.0:
+            return None
+        if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
+            return None
+        xs, ts = ir.shapes[x], ir.shapes[t]
+        if len(xs) < 2 or ts != (xs[0], *xs[2:]) or ir.dtypes[x] != "float32":
+            return None
+        index = b("unsqueeze", "unsqueeze", t, 1)
+        picked = b("squeeze", "squeeze", b("gather", torch.gather, x, 1, index), 1)
+        if name == "cross_entropy":
+            loss = b("sub", torch.sub, b("logsumexp", torch.logsumexp, x, 1), picked)
+        else:
+            loss = b("neg", torch.neg, picked)
+        valid = b("ne", torch.ne, t, int(a["ignore_index"]))
+        elem = b("where", torch.where, valid, loss, 0.0)
+        if a["reduction"] == "mean":
+            count = b("sum", torch.sum, b("float", "float", valid))
+            return b("div", torch.div, b("sum", torch.sum, elem), count)
+        return _reduce_loss(b, elem, a["reduction"])
+    if name == "pairwise_distance":
+        return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
+    if name == "triplet_margin_loss":
+        if a["swap"]:
+            return None
+        anchor, pos, neg = a["anchor"], a["positive"], a["negative"]
+        d_pos = _distance(ir, b, anchor, pos, a["p"], a["eps"], False)
+        d_neg = _distance(ir, b, anchor, neg, a["p"], a["eps"], False)
+        if d_pos is None or d_neg is None:
+            return None
+        gap = b("sub", torch.sub, b("add", torch.add, d_pos, float(a["margin"])), d_neg)
+        return _reduce_loss(b, b("clamp_min", torch.clamp_min, gap, 0.0), a["reduction"])
+    if name == "cosine_similarity":
+        x1, x2 = a["x1"], a["x2"]
+        if ir.shapes[x1] != ir.shapes[x2] or ir.dtypes[x1] != "float32":
+            return None
+        dim, eps = int(a["dim"]), float(a["eps"])
+        n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, True), eps)
+        n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, True), eps)
+        prod = b("mul", torch.mul, b("div", torch.div, x1, n1), b("div", torch.div, x2, n2))
+        return b("sum", torch.sum, prod, dim)
+    if name == "scaled_dot_product_attention":
+        q, k, v = a["query"], a["key"], a["value"]
+        if a["attn_mask"] is not None or float(a["dropout_p"]) != 0.0 or a["is_causal"]:
+            return None
+        if a["enable_gqa"] or not all(isinstance(r, Ref) for r in (q, k, v)):
+            return None
+        qs, ks = ir.shapes[q], ir.shapes[k]
+        if len(qs) < 2 or qs[:-2] != ks[:-2] or ir.dtypes[q] != "float32":
+            return None
+        scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
+        scores = b("matmul", torch.matmul, q, b("transpose", "transpose", k, -2, -1))
+        probs = b("softmax", torch.softmax, b("mul", torch.mul, scores, float(scale)), -1)
+        return b("matmul", torch.matmul, probs, v)
+    return None
+
+
+def _distance(
+    ir: ProgramIR, b: _Builder, x1: Any, x2: Any, p: Any, eps: Any, keepdim: bool
+) -> Ref | None:
+    """``pairwise_distance``: the p-norm of ``x1 - x2 + eps`` over the last dim (p = 2)."""
+    if not isinstance(x1, Ref) or not isinstance(x2, Ref) or float(p) != 2.0:
+        return None
+    if ir.dtypes[x1] != "float32" or ir.dtypes[x2] != "float32" or len(ir.shapes[x1]) < 1:
+        return None
+    diff = b("add", torch.add, b("sub", torch.sub, x1, x2), float(eps))
+    return b("norm", torch.norm, diff, 2, -1, keepdim)
+
+
+def _decompose_einsum(
+    ir: ProgramIR, fx_node: torch.fx.Node, args: list[Any], ours: dict[Ref, Any]
+) -> Ref | None:
+    """A two-operand einsum that is a (batched, broadcast) matrix product -> ``matmul``.
+
+    Operands ``A[..., m, c]`` and ``B[..., c, n]`` (or ``B[..., n, c]``, read transposed) with
+    one contracted letter ``c`` and an output ``...mn``, batch letters shared right-aligned.
+    """
+    if len(args) != 3 or not isinstance(args[0], str):
+        return None
+    eq, x, y = args[0].replace(" ", ""), args[1], args[2]
+    if not isinstance(x, Ref) or not isinstance(y, Ref) or "->" not in eq or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    if lhs.count(",") != 1:
+        return None
+    s1, s2 = lhs.split(",")
+    if any(len(set(s)) != len(s) for s in (s1, s2, out)) or len(s1) < 2 or len(s2) < 2:
+        return None
+    if ir.dtypes[x] != "float32" or ir.dtypes[y] != "float32":
+        return None
+    c = s1[-1]
+    transpose = s2[-1] == c
+    n = s2[-2] if transpose else s2[-1]
+    if (s2[-1] if transpose else s2[-2]) != c or c in out or n in s1:
+        return None
+    batch2 = s2[:-2]
+    if out != s1[:-1] + n or s1[-2] in s2 or batch2 != s1[len(s1) - 2 - len(batch2) : -2]:
+        return None
+    count = len(ir.nodes)
+    b = _Builder(ir, ours, fx_node.name)
+    try:
+        other = b("transpose", "transpose", y, -2, -1) if transpose else y
+        return b("matmul", torch.matmul, x, other)
+    except Exception:  # noqa: BLE001
+        del ir.nodes[count:]
+        return None

@@ -1,0 +1,421 @@
+"""Lowering: walk the shape-propagated graph and build the ``ProgramIR``.
+
+Placeholders become inputs, attributes become parameters, buffers or baked constants, and every
+call with a tensor result becomes an ``OpNode`` whose arguments are bound to the op registry's
+signature names (or a few nodes, when the call is decomposed), with the shape and strides our
+buffers will have. The in-place writes it meets go through the alias tracker; the finished IR goes
+through the passes of ``_capture_passes``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.artifacts import Task
+from stitch_graph.codegen._capture_aliases import _is_buffer_update, _mutated_arg, _Writes
+from stitch_graph.codegen._capture_base import (
+    _MAX_BAKED,
+    CaptureError,
+    _fetch_attr,
+    _flat,
+    _is_tensor_seq,
+    _node_of,
+    _PropagationError,
+    _subst,
+    _to_meta,
+)
+from stitch_graph.codegen._capture_decompose import _decompose
+from stitch_graph.codegen._capture_names import (
+    _by_schema_names,
+    _canonical_name,
+    _qualname,
+    _rewrite_call,
+    _variant,
+)
+from stitch_graph.codegen._capture_passes import _eliminate_dead, _insert_copies
+from stitch_graph.codegen._capture_trace import (
+    _graph_to_meta,
+    _module_call,
+    _RecordingShapeProp,
+    _returns_leaf,
+)
+from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
+from stitch_graph.codegen.ops import lookup
+
+
+def _param_specs(model: torch.nn.Module) -> list[ParamSpec]:
+    """The model's parameters and buffers; small non-persistent buffers keep their values."""
+    specs: list[ParamSpec] = []
+    for name, p in model.named_parameters():
+        specs.append(ParamSpec(name, tuple(p.shape), str(p.dtype).removeprefix("torch.")))
+    for mod_name, module in model.named_modules():
+        for buf_name, buf in module._buffers.items():
+            if buf is None:
+                continue
+            full = f"{mod_name}.{buf_name}" if mod_name else buf_name
+            persistent = buf_name not in module._non_persistent_buffers_set
+            value = None
+            if not persistent and buf.device.type != "meta" and buf.numel() <= _MAX_BAKED:
+                value = buf.detach().flatten().tolist()
+            specs.append(
+                ParamSpec(
+                    full,
+                    tuple(buf.shape),
+                    str(buf.dtype).removeprefix("torch."),
+                    buffer=True,
+                    persistent=persistent,
+                    value=value,
+                )
+            )
+    return specs
+
+
+def _lower(
+    task: Task,
+    model: torch.nn.Module,
+    gm: torch.fx.GraphModule,
+    method: str,
+    args: list[Any],
+    in_dtypes: list[str | None],
+    state: dict[str, torch.Tensor],
+) -> ProgramIR:
+    """Lower a traced model to the IR.
+
+    Args:
+        task: The task the program comes from.
+        model: The model that was traced (its parameters and buffers, maybe on meta).
+        gm: Its traced graph.
+        method: How it was traced: ``"fx"`` or ``"export"``.
+        args: The forward arguments (meta tensors or plain values).
+        in_dtypes: Their dtypes (``None`` for plain values).
+        state: The model's state dict.
+
+    Returns:
+        The program, with dead nodes dropped and contiguous copies inserted.
+
+    Raises:
+        CaptureError: A construct the IR cannot represent (assignment into a tensor, a read
+            after an aliased in-place write, a non-tensor output).
+        _PropagationError: The graph does not run on meta tensors.
+    """
+    params = _param_specs(model)  # before the move to meta: baked buffers keep their values
+    known = {p.name for p in params}
+    constants: dict[str, Any] = {}
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "get_attr" and str(fx_node.target) not in known:
+            tensor = _fetch_attr(gm, str(fx_node.target))
+            if torch.is_tensor(tensor) and tensor.device.type != "meta":
+                tensor = tensor.detach().clone()
+            constants[str(fx_node.target)] = tensor
+    meta_gm = _graph_to_meta(gm)
+    try:
+        _RecordingShapeProp(meta_gm).propagate(*args)
+    except Exception as error:  # noqa: BLE001
+        msg = f"shape propagation on meta tensors failed: {error}"
+        raise _PropagationError(msg) from error
+    ir = ProgramIR(
+        task=task,
+        inputs=[],
+        input_values={},
+        params=params,
+        nodes=[],
+        outputs=[],
+        training=model.training,
+        method=method,
+    )
+    env: dict[str, Any] = {}  # fx node name -> Ref or constant
+    ours: dict[Ref, Any] = {}  # meta tensors laid out as our buffers will be
+    for spec in params:
+        ref = Ref("param", spec.name)
+        ir.shapes[ref] = spec.shape
+        ir.strides[ref] = contiguous_strides(spec.shape)
+        ir.dtypes[ref] = spec.dtype
+        ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
+    writes = _Writes()
+    placeholder_index = 0
+    for fx_node in meta_gm.graph.nodes:
+        value = fx_node.meta.get("sg_value")
+        if fx_node.op == "placeholder":
+            arg = args[placeholder_index] if placeholder_index < len(args) else None
+            dtype = in_dtypes[placeholder_index] if placeholder_index < len(in_dtypes) else None
+            placeholder_index += 1
+            if torch.is_tensor(arg):
+                ref = Ref("input", fx_node.name)
+                ir.inputs.append((fx_node.name, tuple(arg.shape)))
+                ir.shapes[ref] = tuple(arg.shape)
+                ir.strides[ref] = contiguous_strides(tuple(arg.shape))
+                ir.dtypes[ref] = dtype or "float32"
+                ours[ref] = torch.empty(arg.shape, dtype=arg.dtype, device="meta")
+                env[fx_node.name] = ref
+                writes.record(fx_node, initial=True)
+            else:
+                ir.inputs.append((fx_node.name, None))
+                ir.input_values[fx_node.name] = arg
+                env[fx_node.name] = arg
+            continue
+        if fx_node.op == "get_attr":
+            target = str(fx_node.target)
+            if target not in known:
+                tensor = constants.get(target, _fetch_attr(gm, target))
+                if not torch.is_tensor(tensor):
+                    env[fx_node.name] = tensor
+                    continue
+                small = tensor.numel() <= _MAX_BAKED and tensor.device.type != "meta"
+                baked = tensor.detach().flatten().tolist() if small else None
+                if baked is None:
+                    ir.notes.append(f"constant {target} is too large to bake into host code")
+                spec = ParamSpec(
+                    target,
+                    tuple(tensor.shape),
+                    str(tensor.dtype).removeprefix("torch."),
+                    buffer=True,
+                    persistent=False,
+                    value=baked,
+                )
+                ir.params.append(spec)
+                known.add(target)
+            spec = next(p for p in ir.params if p.name == target)
+            ref = Ref("param", target)
+            ir.shapes[ref] = spec.shape
+            ir.strides[ref] = contiguous_strides(spec.shape)
+            ir.dtypes[ref] = spec.dtype
+            ours[ref] = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
+            env[fx_node.name] = ref
+            writes.record(fx_node, initial=True)
+            continue
+        if fx_node.op == "output":
+            writes.check_reads(fx_node)
+            out = fx_node.args[0]
+            ir.output_is_tuple = isinstance(out, list | tuple)
+            items = out if ir.output_is_tuple else [out]
+            if ir.output_is_tuple and len(out) == 1 and _returns_leaf(gm):
+                ir.output_is_tuple = False  # an exported graph returns its outputs flattened
+            for item in items:
+                ir.outputs.append(_materialise_output(ir, _subst(item, env), ours))
+            continue
+        if fx_node.op == "call_module" and str(fx_node.target) == "_guards_fn":
+            continue
+        if fx_node.op == "call_function" and fx_node.target is operator.setitem:
+            msg = f"{fx_node.name}: assignment into a tensor (x[...] = v) in forward is not supported"
+            raise CaptureError(msg)
+        if not torch.is_tensor(value) and not _is_tensor_seq(value):
+            env[fx_node.name] = value  # sizes, shapes and other Python values fold to constants
+            continue
+        writes.check_reads(fx_node)
+        mutated = _mutated_arg(fx_node)
+        before = env.get(mutated.name) if mutated is not None else None
+        _lower_node(ir, fx_node, env, ours, value, model)
+        if mutated is not None:
+            writes.write(ir, fx_node, mutated, before, env)
+        writes.record(fx_node)
+    _eliminate_dead(ir)
+    _insert_copies(ir)
+    return ir
+
+
+def _lower_node(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    env: dict[str, Any],
+    ours: dict[Ref, Any],
+    value: Any,
+    model: torch.nn.Module,
+) -> None:
+    """Lower one traced call with a tensor result: bind it in ``env``, append its node."""
+    if _bake_factory(ir, fx_node, env, ours, value):
+        return
+    decomposed = _decompose(ir, fx_node, env, ours) if torch.is_tensor(value) else None
+    if decomposed is not None:
+        env[fx_node.name] = decomposed
+        return
+    if _is_buffer_update(fx_node, env):
+        ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")
+        return
+    node = _lower_call(ir, fx_node, env, value, model)
+    if node is None:
+        return
+    ir.nodes.append(node)
+    ref = Ref("node", node.name)
+    env[fx_node.name] = ref
+    ours[ref] = _our_layout(ir, node, fx_node, ours, value)
+    if node.op == "unfold" and torch.is_tensor(ours[ref]):
+        # the same view spelled as_strided, which reads as a view (Tensor.unfold as compute)
+        node.call = ".as_strided"
+        node.call_args = [node.args["input"], list(ours[ref].shape), list(ours[ref].stride())]
+        node.call_kwargs = {}
+    if torch.is_tensor(ours[ref]):
+        ir.shapes[ref] = tuple(ours[ref].shape)
+        ir.strides[ref] = tuple(ours[ref].stride())
+        ir.dtypes[ref] = str(ours[ref].dtype).removeprefix("torch.")
+    else:
+        ir.shapes[ref] = ()
+        ir.dtypes[ref] = "tuple"
+
+
+_FACTORIES = frozenset(
+    {"tensor", "as_tensor", "scalar_tensor", "full", "zeros", "ones", "arange", "linspace", "eye"}
+)
+
+
+def _bake_factory(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any], value: Any
+) -> bool:
+    """A tensor built in ``forward`` from constants alone (``torch.tensor(0.5)``) becomes a
+    baked, non-persistent buffer; ``False`` (nothing done) for anything else."""
+    if fx_node.op != "call_function" or not torch.is_tensor(value):
+        return False
+    target = fx_node.target
+    name = (
+        target.overloadpacket.__name__
+        if isinstance(target, torch._ops.OpOverload)
+        else getattr(target, "__name__", "")
+    )
+    if name not in _FACTORIES or value.numel() > _MAX_BAKED:
+        return False
+    args = _subst(fx_node.args, env)
+    kwargs = dict(_subst(fx_node.kwargs, env))
+    if any(isinstance(r, Ref) for r in _flat(args) + _flat(list(kwargs.values()))):
+        return False
+    kwargs["device"] = "cpu"
+    kwargs.pop("pin_memory", None)
+    try:
+        tensor = getattr(torch, name)(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not a plain constant after all: keep the call
+        return False
+    if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
+        return False
+    spec = ParamSpec(
+        f"_const_{fx_node.name}",
+        tuple(tensor.shape),
+        str(tensor.dtype).removeprefix("torch."),
+        buffer=True,
+        persistent=False,
+        value=tensor.flatten().tolist(),
+    )
+    ir.params.append(spec)
+    ref = Ref("param", spec.name)
+    ir.shapes[ref] = spec.shape
+    ir.strides[ref] = contiguous_strides(spec.shape)
+    ir.dtypes[ref] = spec.dtype
+    ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
+    env[fx_node.name] = ref
+    return True
+
+
+def _lower_call(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    env: dict[str, Any],
+    value: Any,
+    root: torch.nn.Module,
+) -> OpNode | None:
+    """The canonical node of one traced call, or ``None`` when it is an identity of its input
+    (which is then bound in ``env`` instead)."""
+    bind_args: list[Any] | None = None
+    bind_kwargs: dict[str, Any] = {}
+    if fx_node.op == "call_module":
+        path = str(fx_node.target)
+        x = _subst(fx_node.args[0], env)
+        ndim = len(ir.shapes[x]) if isinstance(x, Ref) else 0
+        call, call_args, call_kwargs = _module_call(root.get_submodule(path), path, x, ndim)
+        op = call.rsplit(".", 1)[1]
+    else:
+        call_args = list(_subst(fx_node.args, env))
+        call_kwargs = dict(_subst(fx_node.kwargs, env))
+        rewritten = _rewrite_call(ir, fx_node, call_args, call_kwargs)
+        if rewritten is not None:
+            op, call, call_args, call_kwargs = rewritten
+        else:
+            op = _canonical_name(fx_node)
+            call = (
+                "." + str(fx_node.target)
+                if fx_node.op == "call_method"
+                else _qualname(fx_node.target)
+            )
+        info = lookup(op)
+        short = call.removeprefix("torch.")
+        if (
+            info is not None
+            and info.kind == "view"
+            and call_args
+            and isinstance(call_args[0], Ref)
+            and "." not in short
+            and short != call
+            and hasattr(torch.Tensor, short)
+        ):
+            call = "." + short  # torch.flatten(x, 1) -> x.flatten(1): a view, not compute
+        if info is not None and isinstance(fx_node.target, torch._ops.OpOverload):
+            bind_args, bind_kwargs = _by_schema_names(fx_node.target, call_args, call_kwargs, info)
+    info = lookup(op)
+    if bind_args is None:
+        bind_args, bind_kwargs = call_args, call_kwargs
+    # an unknown op keeps every argument, so that its tensor operands still count as read
+    bound = info.bind(bind_args, bind_kwargs) if info is not None else {
+        "*args": list(bind_args),
+        **bind_kwargs,
+    }
+    if info is not None and info.kind == "view" and op in ("view", "permute", "expand"):
+        rest = call_args[1:]
+        bound = {"input": call_args[0], "shape": rest[0] if len(rest) == 1 else rest}
+    if torch.is_tensor(value):
+        shape, dtype = tuple(value.shape), str(value.dtype).removeprefix("torch.")
+    else:
+        shape, dtype = (), "tuple"
+    op, bound, attrs = _variant(ir, op, bound, shape, call_args, env, fx_node)
+    node = OpNode(fx_node.name, op, bound, shape, dtype, call, call_args, call_kwargs, attrs)
+    if op == "identity_of":
+        env[fx_node.name] = bound["input"]
+        return None
+    return node
+
+
+def _our_layout(
+    ir: ProgramIR, node: OpNode, fx_node: torch.fx.Node, ours: dict[Ref, Any], value: Any
+) -> Any:
+    """A meta tensor with the strides our buffer for ``node`` will have.
+
+    Kernels write contiguous buffers; views are re-applied on those, so a view's strides follow
+    our producers rather than the reference's (which may keep a permuted layout).
+    """
+    info = lookup(node.op)
+    if info is not None and info.kind == "view":
+        try:
+            args = _to_meta(node.call_args, ours)
+            kwargs = _to_meta(node.call_kwargs, ours)
+            if node.call.startswith("."):
+                return getattr(args[0], node.call[1:])(*args[1:], **kwargs)
+            if node.call == "operator.getitem":
+                return operator.getitem(*args)
+            return fx_node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - fall back to the reference's layout
+            pass
+    if torch.is_tensor(value):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    if _is_tensor_seq(value):
+        return type(value)(torch.empty(v.shape, dtype=v.dtype, device="meta") for v in value)
+    return value
+
+
+def _materialise_output(ir: ProgramIR, ref: Any, ours: dict[Ref, Any]) -> Ref:
+    """Outputs must be fresh buffers: copy an input, a parameter or a strided view."""
+    if not isinstance(ref, Ref):
+        msg = f"the program returns a non-tensor value {ref!r}"
+        raise CaptureError(msg)
+    node = _node_of(ir, ref)
+    is_view = node is not None and (info := lookup(node.op)) is not None and info.kind == "view"
+    if ref.kind == "node" and not is_view:
+        return ref
+    shape = ir.shapes[ref]
+    name = f"copy_out_{len(ir.nodes)}"
+    copy = OpNode(name, "copy", {"input": ref}, shape, ir.dtypes[ref], ".clone", [ref], {})
+    ir.nodes.append(copy)
+    out = Ref("node", name)
+    ir.shapes[out] = shape
+    ir.strides[out] = contiguous_strides(shape)
+    ir.dtypes[out] = ir.dtypes[ref]
+    ours[out] = torch.empty(shape, device="meta")
+    return out

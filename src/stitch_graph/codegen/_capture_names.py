@@ -1,0 +1,292 @@
+"""Naming a traced call: its canonical registry op, the variant its arguments select, and how
+host code spells it.
+
+fx and ``torch.export`` name one computation many ways (``operator.iadd``, ``Tensor.add_``,
+``aten.add.Tensor``, ``x.T`` as ``getattr``); the scheduler and the emitter know only the op
+registry's canonical names, and the generated ``ModelNew`` may call only public PyTorch callables.
+This module maps between the two: ``_canonical_name`` and ``_variant`` pick the registry op,
+``_qualname``, ``_overload_call`` and ``_rewrite_call`` the call that host code makes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.codegen._capture_base import CaptureError, _flat, _node_of
+from stitch_graph.codegen.ir import ProgramIR, Ref
+from stitch_graph.codegen.ops import REGISTRY, lookup
+
+_OPERATORS: dict[Any, str] = {
+    operator.add: "add",
+    operator.iadd: "add",
+    operator.sub: "sub",
+    operator.isub: "sub",
+    operator.mul: "mul",
+    operator.imul: "mul",
+    operator.truediv: "div",
+    operator.itruediv: "div",
+    operator.floordiv: "div_floor",
+    operator.pow: "pow",
+    operator.neg: "neg",
+    operator.mod: "remainder",
+    operator.imod: "remainder",
+    operator.ifloordiv: "div_floor",
+    operator.ipow: "pow",
+    operator.matmul: "matmul",
+    operator.getitem: "getitem",
+    operator.gt: "gt",
+    operator.lt: "lt",
+    operator.ge: "ge",
+    operator.le: "le",
+    operator.eq: "eq",
+    operator.ne: "ne",
+    operator.abs: "abs",
+}
+_QUALNAMES: dict[int, str] = {}  # id of a public callable -> its dotted name, filled on first use
+
+
+def _qualname(target: Any) -> str:
+    """The dotted name host code calls ``target`` by (``torch.ops.<op>`` for an ATen overload)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"torch.ops.{target}"
+    if not _QUALNAMES:
+        import torch.nn.functional as F  # noqa: N812
+
+        spaces = [
+            ("operator", operator),
+            ("torch.special", torch.special),
+            ("torch.linalg", torch.linalg),
+            ("torch.fft", torch.fft),
+            ("torch", torch),
+            ("torch.nn.functional", F),
+        ]
+        for prefix, space in spaces:
+            for attr in dir(space):
+                if attr.startswith("__"):
+                    continue
+                obj = getattr(space, attr, None)
+                if callable(obj):
+                    _QUALNAMES[id(obj)] = f"{prefix}.{attr}"
+    name = _QUALNAMES.get(id(target))
+    if name is None:
+        msg = f"cannot name the callable {target!r} for host code"
+        raise CaptureError(msg)
+    return name
+
+
+def _canonical_name(node: torch.fx.Node) -> str:
+    """The registry name of a traced call: operators by their op, the trailing ``_`` of an
+    in-place form dropped, aliases resolved (an unknown call keeps its own name)."""
+    target = node.target
+    if node.op == "call_method":
+        name = str(target)
+    elif target in _OPERATORS:
+        name = _OPERATORS[target]
+    elif isinstance(target, torch._ops.OpOverload):
+        name = target.overloadpacket.__name__
+    else:
+        name = getattr(target, "__name__", str(target))
+    if name.endswith("_") and not name.endswith("__"):
+        name = name.rstrip("_")
+    name = name.lstrip("_") if name.startswith("_") and name.lstrip("_") in REGISTRY else name
+    info = lookup(name)
+    return info.name if info is not None else name
+
+
+def _by_schema_names(
+    target: Any, args: list[Any], kwargs: dict[str, Any], info: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments of an ATen overload by name: its order can differ from the functional form's
+    (``aten.batch_norm`` takes weight and bias before the running statistics)."""
+    names = [a.name for a in target._schema.arguments]
+    known = {n for n, _ in info.params}
+    if not set(names[: len(args)]) <= known | {"cudnn_enabled"}:
+        return args, kwargs  # a schema whose names the registry does not use: keep positions
+    by_name = dict(zip(names, args, strict=False))
+    by_name.update(kwargs)
+    return [], {k: v for k, v in by_name.items() if k in known}
+
+
+# ATen overloads (programs captured by torch.export) whose public callable is not torch.<name>
+_ATEN_IDENTITIES = frozenset({"alias", "lift_fresh_copy", "lift_fresh", "detach", "clone"})
+
+
+def _overload_call(target: Any, first: Any) -> str:
+    """A public callable for an ATen overload, for host code (``torch.ops`` is not for programs).
+
+    Tensor methods and ``torch.<name>`` take the arguments in the schema's order; the
+    ``torch._C._nn`` functions are exposed as ``torch.nn.functional``, the ``linalg_``, ``special_``
+    and ``fft_`` families under their namespaces.
+    """
+    import torch.nn.functional as F  # noqa: N812
+
+    name = target.overloadpacket.__name__
+    arguments = target._schema.arguments
+    is_self = bool(arguments) and arguments[0].name == "self"  # where(condition, ...) is not
+    if isinstance(first, Ref) and is_self and not name.startswith("_") and hasattr(torch.Tensor, name):  # noqa: E501
+        return "." + name
+    if callable(getattr(torch._C._VariableFunctions, name, None)) and hasattr(torch, name):
+        return f"torch.{name}"
+    if hasattr(torch._C._nn, name) and hasattr(F, name):
+        return f"torch.nn.functional.{name}"
+    for prefix, space in (("linalg_", "linalg"), ("special_", "special"), ("fft_", "fft")):
+        rest = name.removeprefix(prefix)
+        if name.startswith(prefix) and callable(getattr(getattr(torch, space), rest, None)):
+            return f"torch.{space}.{rest}"
+    return f"torch.ops.{target}"
+
+
+def fx_node_call(fx_node: torch.fx.Node) -> str:
+    """How host code spells the traced call (a method, a public function or an ATen op)."""
+    if fx_node.op == "call_method":
+        return "." + str(fx_node.target)
+    if isinstance(fx_node.target, torch._ops.OpOverload):
+        return _overload_call(fx_node.target, None)
+    return _qualname(fx_node.target)
+
+
+def _rewrite_call(
+    ir: ProgramIR, fx_node: torch.fx.Node, call_args: list[Any], call_kwargs: dict[str, Any]
+) -> tuple[str, str, list[Any], dict[str, Any]] | None:
+    """``(op, call, args, kwargs)`` for calls that need another spelling in host code.
+
+    ``x.T`` / ``x.mT`` (traced as ``getattr``) become ``permute`` / ``transpose``, ``x.data`` an
+    identity; an ATen ``slice`` becomes basic indexing; other ATen overloads get their public
+    callable. ``None``: keep the traced call.
+    """
+    target = fx_node.target
+    first = call_args[0] if call_args else None
+    if target is builtins.getattr and isinstance(first, Ref) and len(call_args) == 2:
+        attr = call_args[1]
+        if ir.dtypes.get(first) == "tuple" and attr in ("values", "indices"):
+            # torch.max(x, dim).values: the named tuple's fields are its items 0 and 1
+            return "getitem", "operator.getitem", [first, int(attr == "indices")], {}
+        nd = len(ir.shapes[first])
+        if attr in ("T", "H") or (attr in ("mT", "mH") and nd == 2):
+            return "permute", ".permute", [first, list(range(nd - 1, -1, -1))], {}
+        if attr in ("mT", "mH"):
+            return "transpose", ".transpose", [first, -2, -1], {}
+        if attr in ("data", "real"):
+            return "identity", ".detach", [first], {}
+        return f"getattr_{attr}", "getattr", list(call_args), {}
+    if target is torch.nn.functional.unfold:  # im2col, not the Tensor.unfold view
+        return "im2col", "torch.nn.functional.unfold", call_args, call_kwargs
+    name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
+    if (str(target) == "copy_" or name == "copy_") and len(call_args) >= 2:
+        dst, src = call_args[0], call_args[1]
+        if isinstance(dst, Ref) and isinstance(src, Ref) and ir.shapes[dst] == ir.shapes[src]:
+            return "copy", ".clone", [src], {}  # dst.copy_(src) holds src's values
+        return "copy_", fx_node_call(fx_node), call_args, call_kwargs
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    if name in _ATEN_IDENTITIES and isinstance(first, Ref):
+        return "identity", ".detach", [first], {}
+    if name == "index" and isinstance(first, Ref) and len(call_args) == 2:
+        # aten.index(x, [i, None, j]) is x[i, :, j] (Tensor.index is something else)
+        index = tuple(slice(None) if i is None else i for i in call_args[1])
+        return "getitem", "operator.getitem", [first, index], {}
+    if name == "slice" and isinstance(first, Ref):
+        given = list(call_args[1:5])
+        dim, start, end, step = given + [0, None, None, 1][len(given) :]
+        dim = call_kwargs.get("dim", dim)
+        start, end = call_kwargs.get("start", start), call_kwargs.get("end", end)
+        step = call_kwargs.get("step", step)
+        nd = len(ir.shapes[first])
+        index = tuple(
+            [slice(None)] * (int(dim) % nd)
+            + [slice(start, end if end is None or end < 2**62 else None, step)]
+        )
+        return "getitem", "operator.getitem", [first, index], {}
+    return _canonical_name(fx_node), _overload_call(target, first), call_args, call_kwargs
+
+
+def _variant(
+    ir: ProgramIR,
+    op: str,
+    bound: dict[str, Any],
+    shape: tuple[int, ...],
+    call_args: list[Any],
+    env: dict[str, Any],
+    fx_node: torch.fx.Node,
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Pick the canonical variant an op's arguments select (gelu tanh, eval batch norm, ...)."""
+    attrs: dict[str, Any] = {}
+    info = lookup(op)
+    if op == "gelu" and bound.get("approximate") == "tanh":
+        return "gelu_tanh", bound, attrs
+    if op == "div" and bound.get("rounding_mode") == "floor":
+        return "div_floor", bound, attrs
+    if op == "div" and bound.get("rounding_mode") == "trunc":
+        return "div_trunc", bound, attrs
+    if op in ("max", "min") and isinstance(bound.get("dim"), Ref):
+        bound = {"input": bound["input"], "other": bound["dim"]}
+        return ("maximum" if op == "max" else "minimum"), bound, attrs
+    if op in ("max", "min") and bound.get("dim") is None:
+        return ("amax" if op == "max" else "amin"), bound, attrs
+    if op in ("max", "min"):
+        attrs["returns_tuple"] = True
+        return op, bound, attrs
+    if op == "getitem" and isinstance(bound.get("input"), Ref):
+        src = bound["input"]
+        parent = _node_of(ir, src)
+        if parent is not None and parent.op in ("max", "min") and parent.attrs.get("returns_tuple"):
+            index = bound.get("index")
+            if index == 0:
+                new_op = "amax" if parent.op == "max" else "amin"
+            else:
+                new_op = "argmax" if parent.op == "max" else "argmin"
+            return new_op, dict(parent.args), attrs
+        index = bound.get("index")
+        items = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, Ref) for i in _flat(list(items))):
+            # advanced indexing with a tensor copies: not a view
+            return "index", {"input": src, "indices": items}, attrs
+    if op == "index_select" and isinstance(bound.get("dim"), int):
+        dim = bound["dim"] % max(len(ir.shapes.get(bound["input"], ())), 1)
+        return "index", {"input": bound["input"], "indices": (*[slice(None)] * dim, bound["index"])}, attrs  # noqa: E501
+    if op == "batch_norm" and not bound.get("training"):
+        channels = shape[1] if len(shape) > 1 else shape[0]
+        per_channel = (channels,) + (1,) * max(len(shape) - 2, 0)
+        attrs["bshape"] = {
+            k: per_channel
+            for k in ("running_mean", "running_var", "weight", "bias")
+            if isinstance(bound.get(k), Ref)
+        }
+        return "batch_norm_eval", bound, attrs
+    if op == "dropout" and bound.get("training") and bound.get("p", 0.5) > 0:
+        return "dropout_train", bound, attrs
+    if op.startswith(("adaptive_avg_pool", "adaptive_max_pool")) and isinstance(
+        bound.get("input"), Ref
+    ):
+        nd = int(op[-2])
+        if len(shape) > nd and all(d == 1 for d in shape[-nd:]) and not bound.get("return_indices"):
+            # a global pooling is a reduction over the spatial dims (rows of warps or blocks)
+            reduced = "mean" if "avg" in op else "amax"
+            dims = list(range(-nd, 0))
+            return reduced, {"input": bound["input"], "dim": dims, "keepdim": True}, attrs
+    if op == "linalg_vector_norm" and bound.get("ord") in (2, 2.0):
+        keep = {"input": bound["input"], "p": 2, "dim": bound.get("dim"), "keepdim": bound.get("keepdim", False)}  # noqa: E501
+        return "norm", keep, attrs
+    if op == "norm" and bound.get("p") not in ("fro", 2, 2.0):
+        return "norm_p", bound, attrs
+    if op in ("softmax", "log_softmax") and bound.get("dim") is None:
+        return f"{op}_implicit_dim", bound, attrs
+    if op in ("to", "type_as", "type", "float") and call_args and isinstance(call_args[0], Ref):
+        if ir.dtypes.get(call_args[0]) == str(fx_node.meta["sg_value"].dtype).removeprefix(
+            "torch."
+        ):
+            return "identity_of", {"input": call_args[0]}, attrs
+    if info is not None and info.kind == "identity":
+        src = bound.get("input")
+        if op == "contiguous" and isinstance(src, Ref) and not ir.is_contiguous(src):
+            return "copy", {"input": src}, attrs
+        if op == "dropout" and bound.get("training") and bound.get("p", 0.5) > 0:
+            return "dropout_train", bound, attrs
+        if isinstance(src, Ref):
+            return "identity_of", {"input": src}, attrs
+    return op, bound, attrs
