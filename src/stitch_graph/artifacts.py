@@ -329,7 +329,14 @@ class HackReport(BaseModel):
 
 
 FeedbackCategory = Literal[
-    "compile_error", "wrong_result", "runtime_error", "hack", "bottleneck", "item_done", "done"
+    "compile_error",
+    "wrong_result",
+    "runtime_error",
+    "hack",
+    "bottleneck",
+    "tuned",
+    "item_done",
+    "done",
 ]
 
 
@@ -385,13 +392,39 @@ class AgentFailure(BaseModel):
     attempts: int = 0
 
 
+class KernelChoice(BaseModel):
+    """What tuning chose for one kernel (or ``"program"`` for CUDA-graph replay)."""
+
+    item: str
+    kind: str
+    setting: dict[str, Any] = Field(description="The knobs that differ from the defaults.")
+    tried: int = Field(description="Distinct programs timed for this kernel (0: from the cache).")
+    base_ms: float | None = None
+    best_ms: float | None = None
+    cached: bool = False
+
+
+class TuningReport(BaseModel):
+    """How long tuning took, what it chose, and on what machine."""
+
+    seconds: float = 0.0
+    device: str = ""
+    choices: list[KernelChoice] = Field(default_factory=list)
+    base_ms: float | None = None
+    best_ms: float | None = None
+    note: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        """Time before tuning over time after, where both were measured."""
+        return self.base_ms / self.best_ms if self.base_ms and self.best_ms else None
+
+
 class RunReport(BaseModel):
     """What finalize writes: the outcome of the whole run."""
 
     task: str
-    outcome: Literal[
-        "verified", "compiled_only", "partial", "unsupported", "no_program", "failed"
-    ]
+    outcome: Literal["verified", "compiled_only", "partial", "unsupported", "no_program", "failed"]
     rounds: int = 0
     best: BestProgram | None = None
     summary: str = ""

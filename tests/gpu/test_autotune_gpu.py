@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+from stitch_graph.codegen import Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.execution.autotune import GpuTimer, TuningCache, autotune, tune_program
 from stitch_graph.task import load_task
 
@@ -105,3 +105,16 @@ def test_second_run_reads_the_cache(tmp_path):
     )
     assert again == tuning
     assert all(choice.cached for choice in report.choices)
+
+
+def test_the_tuning_job_runs_in_an_isolated_worker(tmp_path, monkeypatch):
+    from stitch_graph.execution import tune_candidate
+
+    monkeypatch.setenv("STITCH_TUNING_CACHE", str(tmp_path / "cache"))
+    task = load_task(CONV_TRANSPOSE, name="conv_transpose")
+    plan = plan_program(capture_program(task))
+    tuning, report = tune_candidate(task, plan, Tuning(), budget_s=30.0)
+    assert tuning is not None, report.note
+    assert report.device and report.seconds > 0
+    assert report.best_ms is not None and report.best_ms <= report.base_ms
+    assert list((tmp_path / "cache").glob("*.json"))

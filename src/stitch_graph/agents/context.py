@@ -87,6 +87,16 @@ class StitchContext:
     profile: bool = field(
         default=True, metadata={"description": "Run ncu on correct candidates when available."}
     )
+    autotune: bool = field(
+        default=True,
+        metadata={
+            "description": "Time each generated kernel's tuning space once the rule-based "
+            "program is correct, and keep the fastest settings."
+        },
+    )
+    tune_budget_s: float = field(
+        default=60.0, metadata={"description": "Seconds of autotuning per run at most."}
+    )
     timeout_s: float = field(
         default=120.0, metadata={"description": "Wall-clock limit of one candidate's worker."}
     )
@@ -97,7 +107,8 @@ class StitchContext:
         default=None,
         metadata={
             "description": "Runs candidates: an object with verify_candidate() and "
-            "profile_candidate() (default: the local GPU worker pool)."
+            "profile_candidate(), and tune_candidate() where it can tune (default: the local "
+            "GPU worker pool)."
         },
     )
     work_dir: str | None = field(

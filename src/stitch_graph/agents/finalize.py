@@ -15,7 +15,7 @@ from langgraph.config import get_stream_writer
 
 from stitch_graph.agents.progress import emit
 from stitch_graph.agents.state import StitchState
-from stitch_graph.artifacts import BestProgram, RunReport
+from stitch_graph.artifacts import BestProgram, RunReport, TuningReport
 
 
 def _speedups(best: BestProgram) -> str:
@@ -32,6 +32,18 @@ def _speedups(best: BestProgram) -> str:
     return ", ".join(parts) + f" on {timing.device}"
 
 
+def tuning_line(report: TuningReport) -> str:
+    """One line on what autotuning did: its time and the settings it changed."""
+    if report.note and not report.choices:
+        return f"autotuning: {report.note}"
+    changed = [f"{c.item} {c.setting}" for c in report.choices if c.tried and c.setting]
+    return (
+        f"autotuned in {report.seconds:.1f} s ({sum(c.tried for c in report.choices)} programs "
+        f"timed, {sum(c.cached for c in report.choices)} choices from the cache)"
+        + (f": {'; '.join(changed)}" if changed else "")
+    )
+
+
 def build_report(state: StitchState) -> RunReport:
     """The outcome of the run as recorded in ``state``."""
     task = state.get("task")
@@ -44,6 +56,9 @@ def build_report(state: StitchState) -> RunReport:
     if plan is not None:
         details["items"] = {i.id: i.status for i in plan.items}
         details["unsupported_ops"] = plan.unsupported_ops
+    tuning = state.get("tuning")
+    if tuning is not None:
+        details["tuning"] = tuning.model_dump(mode="json")
     if best is not None:
         partial = bool(best.declared_torch_ops)
         outcome = "partial" if partial else "verified"
@@ -53,6 +68,8 @@ def build_report(state: StitchState) -> RunReport:
         )
         if partial:
             summary += "; left to PyTorch (declared): " + ", ".join(best.declared_torch_ops)
+        if tuning is not None:
+            summary += f"; {tuning_line(tuning)}"
         return RunReport(
             task=name, outcome=outcome, rounds=rounds, best=best, summary=summary, details=details
         )

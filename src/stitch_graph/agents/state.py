@@ -27,6 +27,7 @@ from stitch_graph.artifacts import (
     Task,
     TestResult,
     TimingResult,
+    TuningReport,
 )
 
 
@@ -82,6 +83,7 @@ class StitchState(TypedDict, total=False):
     rounds: int
     item_attempts: int
     replans: int
+    tuning: TuningReport
     started_at: float
     failures: list[AgentFailure]
     coder_messages: Annotated[list[AnyMessage], add_messages]

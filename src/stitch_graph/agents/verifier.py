@@ -260,6 +260,50 @@ def _profile_finished(current: _Round) -> None:
     current.update["profile"] = current.profile
 
 
+def _tune(current: _Round) -> Feedback | None:
+    """Autotune a finished rule-generated program once per run; when timing found faster
+    settings, hand them to the Coder, which re-emits the program for the next round to verify.
+
+    The tuning worker times each kernel's settings on the task's real inputs and checks each
+    against the reference first; the next round still judges the tuned program in full, and the
+    best program is kept either way.
+    """
+    ctx, state, plan = current.ctx, current.state, current.plan
+    runner = candidate_runner(ctx)
+    tune = getattr(runner, "tune_candidate", None)
+    if (
+        not ctx.autotune
+        or tune is None
+        or state.get("tuning") is not None
+        or plan.next_pending() is not None
+        or current.candidate.author != "rules"
+        or budget_spent(state, ctx, current.rounds + 1) is not None
+    ):
+        return None
+    from stitch_graph.codegen import Tuning
+
+    memory = dict(state.get("coder_memory") or {})
+    tuning = Tuning.model_validate(memory["tuning"]) if "tuning" in memory else Tuning()
+    emit(current.writer, "verifier", "tuning", budget_s=ctx.tune_budget_s)
+    bottleneck = current.profile.bottleneck if current.profile is not None else None
+    tuned, report = tune(
+        current.task, plan, tuning, ctx, bottleneck=bottleneck, budget_s=ctx.tune_budget_s
+    )
+    current.update["tuning"] = report
+    emit(current.writer, "verifier", "tuned", seconds=report.seconds, note=report.note)
+    if tuned is None or tuned == tuning:
+        return None
+    current.update["coder_memory"] = {**memory, "tuning": tuned.model_dump()}
+    current.plan = _mark(plan, current.candidate.item_id, "pending", "re-emit with tuned settings")
+    changed = [f"{c.item}: {c.setting}" for c in report.choices if c.tried and c.setting]
+    speedup = f", {report.speedup:.2f}x in the tuner's timing" if report.speedup else ""
+    return Feedback(
+        target="coder",
+        category="tuned",
+        summary=f"autotuned in {report.seconds:.1f} s{speedup}: {'; '.join(changed) or 'settings'}",
+    )
+
+
 def _progress_summary(current: _Round, verified: bool) -> str:
     """One line on how far the plan has come with this candidate."""
     item_id = current.candidate.item_id
@@ -350,6 +394,9 @@ def verifier_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[s
     verified = _accept(current)
     if verified:
         _profile_finished(current)
+        tuned = _tune(current)
+        if tuned is not None:
+            return _close_round(current, tuned)
     summary = _progress_summary(current, verified)
     extra = _analyse(model, current) if verified else []
     if extra is None:

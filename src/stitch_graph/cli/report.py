@@ -58,6 +58,28 @@ def render_markdown(state: dict[str, Any]) -> str:
             f"| torch.compile | {_fmt(t.compile_ms)} |",
             "",
         ]
+    tuning = state.get("tuning")
+    if tuning is not None:
+        lines += [
+            "## Autotuning",
+            "",
+            f"{tuning.seconds:.1f} s on {tuning.device or 'no GPU'}"
+            + (f"; {tuning.note}" if tuning.note else "")
+            + (f"; {tuning.speedup:.2f}x in the tuner's timing" if tuning.speedup else ""),
+            "",
+        ]
+        if tuning.choices:
+            lines += [
+                "| kernel | kind | chosen | programs timed | ms before | ms after |",
+                "|---|---|---|---|---|---|",
+            ]
+            for c in tuning.choices:
+                origin = "cache" if c.cached else str(c.tried)
+                lines.append(
+                    f"| {c.item} | {c.kind} | {c.setting or 'defaults'} | {origin} | "
+                    f"{_fmt(c.base_ms)} | {_fmt(c.best_ms)} |"
+                )
+            lines.append("")
     failures = report.details.get("failures") or []
     if failures:
         lines += ["## Agent failures", ""] + [f"- {f['agent']}: {f['reason']}" for f in failures]

@@ -13,6 +13,8 @@ process's, with the dispatch table of job kinds; both sit on top of ``candidate`
 and ``profiling``, which never import them back.
 """
 
+from typing import Any
+
 from stitch_graph.execution.compare import (
     aliases_any,
     compare_output,
@@ -77,6 +79,18 @@ __all__ = [
     "scrub_environment",
     "summarize_checks",
     "time_cuda",
+    "tune_candidate",
     "verify_candidate",
     "visible_gpus",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``tune_candidate`` on first use: tuning needs the code generator, and with it torch,
+    which the rest of this package imports only when a job runs."""
+    if name == "tune_candidate":
+        from stitch_graph.execution.autotune import tune_candidate
+
+        return tune_candidate
+    msg = f"module 'stitch_graph.execution' has no attribute {name!r}"
+    raise AttributeError(msg)

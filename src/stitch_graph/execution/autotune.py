@@ -25,52 +25,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from stitch_graph.artifacts import Candidate, Plan, Task
+from stitch_graph.artifacts import Candidate, KernelChoice, Plan, Task, TuningReport
 from stitch_graph.codegen import EmitError, KernelTuning, Tuning, emit_candidate, groups_from_plan
 from stitch_graph.codegen.space import narrow_space, tuning_space
+from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor, gpu_available
+from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
     "GpuTimer",
-    "KernelChoice",
     "TuningCache",
-    "TuningReport",
     "autotune",
     "default_cache_dir",
+    "run_tuning_job",
+    "tune_candidate",
     "tune_program",
+    "tuning_job",
 ]
 
 TUNER_VERSION = "1"
 Measure = Callable[[Candidate], float | None]
-
-
-class KernelChoice(BaseModel):
-    """What tuning chose for one kernel (or ``"program"`` for CUDA-graph replay)."""
-
-    item: str
-    kind: str
-    setting: dict[str, Any] = Field(description="The knobs that differ from the defaults.")
-    tried: int = Field(description="Distinct programs timed for this kernel (0: from the cache).")
-    base_ms: float | None = None
-    best_ms: float | None = None
-    cached: bool = False
-
-
-class TuningReport(BaseModel):
-    """How long tuning took, what it chose, and on what machine."""
-
-    seconds: float = 0.0
-    device: str = ""
-    choices: list[KernelChoice] = Field(default_factory=list)
-    base_ms: float | None = None
-    best_ms: float | None = None
-    note: str = ""
-
-    @property
-    def speedup(self) -> float | None:
-        """Time before tuning over time after, where both were measured."""
-        return self.base_ms / self.best_ms if self.base_ms and self.best_ms else None
 
 
 def default_cache_dir() -> Path:
@@ -428,3 +401,103 @@ def tune_program(
         budget_s=budget_s,
     )
     return emit_candidate(ir, plan, tuning=tuning), tuning, report
+
+
+# ----------------------------------------------------------------------------------------------
+# In an isolated worker
+
+
+def tuning_job(
+    task: Task,
+    plan: Plan,
+    tuning: Tuning,
+    settings: RunSettings,
+    *,
+    bottleneck: str | None = None,
+    budget_s: float = 60.0,
+    cache_dir: str | None = None,
+) -> Job:
+    """The worker job that tunes ``plan``'s kernels on the task's real shapes."""
+    return Job(
+        kind="tune",
+        payload={
+            "task": task.model_dump(mode="json"),
+            "plan": plan.model_dump(mode="json"),
+            "tuning": tuning.model_dump(mode="json"),
+            "bottleneck": bottleneck,
+            "budget_s": budget_s,
+            "cache_dir": cache_dir or str(default_cache_dir()),
+            "tol": max(settings.atol, settings.rtol),
+        },
+        # tuning stops itself at its budget; the rest is capture, the reference and builds
+        timeout_s=budget_s + max(settings.timeout_s, 120.0),
+        memory_limit_mb=settings.memory_limit_mb,
+        env={"CUPY_CACHE_DIR": str(settings.root() / "cupy-cache")},
+    )
+
+
+def run_tuning_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``tune`` jobs: capture, time every setting, return the choice."""
+    from stitch_graph.codegen import capture_program
+
+    task = Task.model_validate(payload["task"])
+    plan = Plan.model_validate(payload["plan"])
+    timer = GpuTimer(task, tol=payload["tol"])
+    tuning, report = autotune(
+        capture_program(task),
+        plan,
+        task,
+        timer,
+        tuning=Tuning.model_validate(payload["tuning"]),
+        cache=TuningCache(payload["cache_dir"]),
+        device=timer.device,
+        toolkit=timer.toolkit,
+        bottleneck=payload.get("bottleneck"),
+        budget_s=payload["budget_s"],
+    )
+    return {"tuning": tuning.model_dump(mode="json"), "report": report.model_dump(mode="json")}
+
+
+def tune_candidate(
+    task: Task,
+    plan: Plan,
+    tuning: Tuning,
+    ctx: Any = None,
+    *,
+    bottleneck: str | None = None,
+    budget_s: float = 60.0,
+    executor: Executor | None = None,
+) -> tuple[Tuning | None, TuningReport]:
+    """Tune the rule-generated program of ``plan`` in an isolated worker on the GPU.
+
+    Args:
+        task: The problem (its inputs give the real shapes).
+        plan: The plan whose items the generator emits.
+        tuning: The settings the program has now.
+        ctx: ``StitchContext``, ``RunSettings`` or ``None``.
+        bottleneck: The profile's bottleneck class; its knobs are tried first.
+        budget_s: Seconds of tuning at most.
+        executor: Where the worker runs; a private one when ``None``.
+
+    Returns:
+        The chosen tuning (``None`` when nothing could be tuned) and the report; without a GPU
+        the report says so and nothing runs.
+    """
+    if not gpu_available():
+        return None, TuningReport(note="not run: no GPU")
+    settings = RunSettings.from_context(ctx)
+    job = tuning_job(task, plan, tuning, settings, bottleneck=bottleneck, budget_s=budget_s)
+    own = executor is None
+    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
+    try:
+        result = runner.submit(job).result()
+    finally:
+        if own:
+            runner.shutdown()
+    if result.status != "ok" or "error" in result.result:
+        reason = result.result.get("error") or result.reason or result.status
+        return None, TuningReport(note=f"tuning failed: {str(reason)[:300]}")
+    return (
+        Tuning.model_validate(result.result["tuning"]),
+        TuningReport.model_validate(result.result["report"]),
+    )

@@ -46,7 +46,7 @@ __all__ = [
     "visible_gpus",
 ]
 
-JobKind = Literal["reference", "candidate", "timeline", "runner", "probe"]
+JobKind = Literal["reference", "candidate", "timeline", "runner", "probe", "tune"]
 JobStatus = Literal["ok", "error", "timeout", "crashed", "memory"]
 
 RESULT_FILE = "result.json"

@@ -149,9 +149,11 @@ def export_kernelbench(candidate: Candidate, task: Task) -> str:
     from stitch_graph.runtime import cudnn, kernels
 
     runtime_sources = [inspect.getsource(kernels), inspect.getsource(cudnn)]
-    nvcc_note = " and nvcc (the host library is built at first use)" if (
-        candidate.form == "nvcc_shared"
-    ) else ""
+    nvcc_note = (
+        " and nvcc (the host library is built at first use)"
+        if (candidate.form == "nvcc_shared")
+        else ""
+    )
     return _TEMPLATE.format(
         task_name=task.name.replace('"', "'"),
         digest=candidate.digest,

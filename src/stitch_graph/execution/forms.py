@@ -110,7 +110,10 @@ def prepare_program(
         return BuiltProgram(form="nvrtc", build_dir=str(build_dir), cubin_path=cubin, arch=arch)
     if artifact and artifact.endswith(".so"):
         return BuiltProgram(
-            form="nvcc_shared", build_dir=str(build_dir), library_path=artifact, arch=arch,
+            form="nvcc_shared",
+            build_dir=str(build_dir),
+            library_path=artifact,
+            arch=arch,
             cached=True,
         )
     from stitch_graph.toolchain.nvcc import nvcc_compile
@@ -260,4 +263,3 @@ def load_model_class(
         msg = "the host module defines no class `ModelNew`"
         raise TypeError(msg)
     return model_new
-

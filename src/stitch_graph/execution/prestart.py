@@ -39,8 +39,14 @@ READY_FILE = "ready"
 
 def prestart_argv() -> list[str]:
     """``python -m stitch_graph.execution.worker --prestarted`` with fault tracebacks on."""
-    return [sys.executable, "-X", "faulthandler", "-m", "stitch_graph.execution.worker",
-            "--prestarted"]
+    return [
+        sys.executable,
+        "-X",
+        "faulthandler",
+        "-m",
+        "stitch_graph.execution.worker",
+        "--prestarted",
+    ]
 
 
 @dataclass
@@ -176,8 +182,9 @@ class WarmWorkerPool:
             folder = state.root / f"worker-{state.count}"
             folder.mkdir()
             with open(folder / "stdout.txt", "wb") as out, open(folder / "stderr.txt", "wb") as err:
-                proc = start_isolated(self._argv, cwd=folder, env=clean, stdout=out, stderr=err,
-                                      stdin=subprocess.PIPE)
+                proc = start_isolated(
+                    self._argv, cwd=folder, env=clean, stdout=out, stderr=err, stdin=subprocess.PIPE
+                )
             worker = WarmWorker(proc=proc, slot=slot, env=clean, folder=folder)
             state.workers[slot] = worker
         if stale is not None:

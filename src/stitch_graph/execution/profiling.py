@@ -122,8 +122,12 @@ def _summarize_events(events: Any, iters: int) -> dict[str, Any]:
         end = e if end is None else max(end, e)
     total = sum(v["us"] for v in per_op.values()) or 1.0
     hotspots = [
-        {"op": op, "cuda_time_us": v["us"] / iters, "share": v["us"] / total,
-         "launches": int(round(v["launches"] / iters))}
+        {
+            "op": op,
+            "cuda_time_us": v["us"] / iters,
+            "share": v["us"] / total,
+            "launches": int(round(v["launches"] / iters)),
+        }
         for op, v in per_op.items()
     ]
     hotspots.sort(key=lambda h: h["cuda_time_us"], reverse=True)
@@ -181,15 +185,22 @@ def reference_timeline(
     settings = RunSettings.from_context(ctx)
     job = Job(
         kind="timeline",
-        payload={"source": task.source, "seed": settings.seed, "allow_tf32": settings.allow_tf32,
-                 "iterations": iterations},
+        payload={
+            "source": task.source,
+            "seed": settings.seed,
+            "allow_tf32": settings.allow_tf32,
+            "iterations": iterations,
+        },
         timeout_s=max(settings.timeout_s, 180.0),
         memory_limit_mb=settings.memory_limit_mb,
     )
     result = _submit(job, executor)
     if result.status != "ok":
-        return ProfileReport(status="error", source="torch.profiler",
-                             reason=f"reference failed: {result.reason or result.status}")
+        return ProfileReport(
+            status="error",
+            source="torch.profiler",
+            reason=f"reference failed: {result.reason or result.status}",
+        )
     data = result.result
     hotspots = [Hotspot(**h) for h in data["hotspots"]]
     busy, gap = float(data["busy_us"]), float(data["gap_us"])
@@ -199,8 +210,14 @@ def reference_timeline(
         f"{gap:.1f} us host gaps between kernels, {data['span_us']:.1f} us first-to-last"
     )
     headroom = gap / (busy + gap) if busy + gap > 0 else 0.0
-    return ProfileReport(status="passed", source="torch.profiler", reason=reason,
-                         hotspots=hotspots, bottleneck=bottleneck, headroom=headroom)
+    return ProfileReport(
+        status="passed",
+        source="torch.profiler",
+        reason=reason,
+        hotspots=hotspots,
+        bottleneck=bottleneck,
+        headroom=headroom,
+    )
 
 
 def profile_candidate(
@@ -245,8 +262,9 @@ def profile_candidate(
     if ncu is None:
         return ProfileReport(status="not_run", source="ncu", reason="not run: ncu not found")
     settings = RunSettings.from_context(ctx)
-    prepared = prepare_for_run(task, candidate, settings, compile_result=compile_result,
-                               executor=executor)
+    prepared = prepare_for_run(
+        task, candidate, settings, compile_result=compile_result, executor=executor
+    )
     if isinstance(prepared, TestResult):
         return ProfileReport(status="error", source="ncu", reason=prepared.reason)
     built, reference = prepared
@@ -254,8 +272,13 @@ def profile_candidate(
     job.kind = "runner"
     job.payload.update({"warmup_calls": 2, "profiled_calls": 1})
     argv = ncu_command(
-        [_PROGRAM_MARK], sections=sections, kernel_filter=kernel_filter, launch_skip=launch_skip,
-        launch_count=launch_count, extra=["--profile-from-start", "off"], ncu=ncu,
+        [_PROGRAM_MARK],
+        sections=sections,
+        kernel_filter=kernel_filter,
+        launch_skip=launch_skip,
+        launch_count=launch_count,
+        extra=["--profile-from-start", "off"],
+        ncu=ncu,
     )
     job.command_prefix = argv[: argv.index(_PROGRAM_MARK)]
     job.timeout_s = max(settings.timeout_s, 300.0)
@@ -263,11 +286,15 @@ def profile_candidate(
     stdout = Path(result.stdout_path).read_text(errors="replace") if result.stdout_path else ""
     text = stdout + "\n" + result.stderr_tail
     if "ERR_NVGPUCTRPERM" in text:
-        return ProfileReport(status="not_run", source="ncu",
-                             reason="ncu may not read GPU counters here (ERR_NVGPUCTRPERM)")
+        return ProfileReport(
+            status="not_run",
+            source="ncu",
+            reason="ncu may not read GPU counters here (ERR_NVGPUCTRPERM)",
+        )
     kernels = parse_ncu_csv(stdout)
     if result.status != "ok" or not kernels:
         why = result.reason or "no kernels were profiled"
-        return ProfileReport(status="error", source="ncu", reason=f"ncu run failed: {why}",
-                             kernels=kernels)
+        return ProfileReport(
+            status="error", source="ncu", reason=f"ncu run failed: {why}", kernels=kernels
+        )
     return summarize_profile(kernels, rules=parse_ncu_rules(stdout))

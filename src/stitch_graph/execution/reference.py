@@ -125,8 +125,10 @@ def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
             outputs.append([v.detach().cpu().clone() for v in flat])
             if not out_specs:
                 out_specs = [{"shape": list(v.shape), "dtype": str(v.dtype)} for v in flat]
-    save([[v.cpu() if isinstance(v, torch.Tensor) else v for v in d] for d in draws],
-         scratch / INPUTS_FILE)
+    save(
+        [[v.cpu() if isinstance(v, torch.Tensor) else v for v in d] for d in draws],
+        scratch / INPUTS_FILE,
+    )
     save(outputs, scratch / OUTPUTS_FILE)
     save(state, scratch / STATE_FILE)
     result: dict[str, Any] = {
@@ -157,15 +159,21 @@ def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any])
     flush = make_flush_buffer()
     out: dict[str, Any] = {}
     with torch.no_grad():
-        eager = time_cuda(lambda: model(*args), warmup=warmup, runs=runs, before_each=rotate,
-                          flush_buffer=flush)
+        eager = time_cuda(
+            lambda: model(*args), warmup=warmup, runs=runs, before_each=rotate, flush_buffer=flush
+        )
         out["eager_ms"] = eager["median_ms"]
         out["eager"] = eager
         if payload.get("compile", True):
             try:
                 compiled = torch.compile(model)
-                stats = time_cuda(lambda: compiled(*args), warmup=max(warmup, 3), runs=runs,
-                                  before_each=rotate, flush_buffer=flush)
+                stats = time_cuda(
+                    lambda: compiled(*args),
+                    warmup=max(warmup, 3),
+                    runs=runs,
+                    before_each=rotate,
+                    flush_buffer=flush,
+                )
                 out["compile_ms"] = stats["median_ms"]
                 out["compile"] = stats
             except Exception as exc:  # noqa: BLE001 - a compile failure is a finding, not fatal
@@ -187,8 +195,12 @@ def device_label(device: str = "cuda") -> str:
     name = "cuda"
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run(
+                [smi, "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout
             name = next((ln.strip() for ln in out.splitlines() if ln.strip()), name)
         except (OSError, subprocess.SubprocessError):
             pass

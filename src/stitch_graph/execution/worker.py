@@ -13,9 +13,9 @@ path. It then takes on what a cold worker of that job would have had -- working 
 ``sys.path[0]``, stdout and stderr in the scratch folder, stdin from ``/dev/null`` -- and runs the
 job exactly like a cold worker. End-of-file instead of a path (the parent went away) exits quietly.
 
-This module is the top of the package's worker side: ``HANDLERS``, the dispatch table from job kind
-to handler, imports the handlers of ``candidate``, ``reference`` and ``profiling``, and none of them
-imports this module back.
+This module is the top of the package's worker side: ``HANDLERS``, the dispatch table from job
+kind to handler, imports the handlers of ``candidate``, ``reference`` and ``profiling`` (and
+``autotune`` when a tuning job arrives), and none of them imports this module back.
 """
 
 from __future__ import annotations
@@ -70,12 +70,22 @@ def run_probe_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     }
 
 
+def run_tuning_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """Worker handler of ``tune`` jobs (``execution.autotune``), imported when one arrives: the
+    tuner needs the code generator, which imports torch and fx, and every other job's worker
+    should start without them."""
+    from stitch_graph.execution.autotune import run_tuning_job as tune
+
+    return tune(payload, scratch)
+
+
 HANDLERS: dict[str, Handler] = {
     "candidate": run_candidate_job,
     "probe": run_probe_job,
     "reference": run_reference_job,
     "runner": run_runner_job,
     "timeline": run_timeline_job,
+    "tune": run_tuning_job,
 }
 """The worker's dispatch table: the handler of each job kind."""
 
@@ -167,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, ValueError, OSError):
         pass
     if len(args) != 1:
-        print("usage: python -m stitch_graph.execution.worker JOB.json | --prestarted",
-              file=sys.stderr)
+        print(
+            "usage: python -m stitch_graph.execution.worker JOB.json | --prestarted",
+            file=sys.stderr,
+        )
         return 2
     if args[0] == "--prestarted":
         waited = _await_job()
