@@ -361,3 +361,35 @@ def test_aten_overloads_bind_by_schema_names(tmp_path: Path) -> None:
     assert by_op["instance_norm"]["running_mean"] is None
     assert by_op["batch_norm"]["weight"].name == "bn.weight"
     assert by_op["batch_norm"]["running_var"].name == "bn.running_var"
+
+
+def test_grid_waves_bound_the_blocks_of_a_pointwise_grid_stride_loop():
+    source = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+    ir = capture_program(load_task(source))
+    plan = plan_program(ir)
+
+    def grids(waves: int) -> set[int]:
+        tuning = Tuning(default=KernelTuning(grid_waves=waves))
+        host = emit_candidate(ir, plan, tuning=tuning).host_source
+        return {int(g) for g in re.findall(r"KERNELS\.\w+\((\d+), 256,", host)}
+
+    n = 4096 * 4096
+    assert grids(32) == {132 * 32}  # the float4 and the scalar launch, both capped
+    assert grids(0) == {n // 4 // 256, n // 256}  # one float4 (or one element) per thread
+    assert grids(128) == {n // 4 // 256, 132 * 128}

@@ -85,6 +85,7 @@ _DECOMPOSE_SIGNATURES = {
     "pairwise_distance": "x1, x2, p=2.0, eps=1e-06, keepdim=False",
     "cosine_similarity": "x1, x2, dim=1, eps=1e-08",
     "triplet_margin_loss": "anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "glu": "input, dim=-1",
     "scaled_dot_product_attention": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",  # noqa: E501
 }
 # elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
@@ -180,6 +181,15 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
             count = b("sum", torch.sum, b("float", "float", valid))
             return b("div", torch.div, b("sum", torch.sum, elem), count)
         return _reduce_loss(b, elem, a["reduction"])
+    if name == "glu":
+        x, dim = a["input"], int(a["dim"])
+        shape = ir.shapes[x]
+        if not isinstance(x, Ref) or not shape or shape[dim] % 2 or ir.dtypes[x] != "float32":
+            return None
+        half = shape[dim] // 2
+        first = b("narrow", torch.narrow, x, dim, 0, half)
+        gate = b("narrow", torch.narrow, x, dim, half, half)
+        return b("mul", torch.mul, first, b("sigmoid", torch.sigmoid, gate))
     if name == "pairwise_distance":
         return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
     if name == "triplet_margin_loss":

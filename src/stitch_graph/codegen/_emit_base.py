@@ -23,6 +23,14 @@ from stitch_graph.codegen.tuning import KernelTuning, Tuning
 _CTYPE = {"float32": "float", "bool": "bool", "int64": "long long"}
 _TORCH_DTYPE = {"float32": "torch.float32", "bool": "torch.bool", "int64": "torch.int64"}
 _MAX_GRID = 132 * 32
+_SMS = 132
+
+
+def _grid_stride_blocks(n: int, block: int, waves: int) -> int:
+    """Blocks of a grid-stride loop over ``n`` items: ``waves`` blocks per SM at most (the
+    default keeps every SM busy while each thread walks several items), 0 for one item each."""
+    cap = _SMS * waves if waves > 0 else 2**31 - 1
+    return max(1, min(math.ceil(n / block), cap))
 
 
 class EmitError(ValueError):
@@ -433,7 +441,7 @@ class _EmitterBase:
             "}",
         ]
         self.kernels.append("\n".join(src))
-        grid = max(1, min(math.ceil(n / block), _MAX_GRID))
+        grid = _grid_stride_blocks(n, block, tun.grid_waves)
         py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
         alloc = (
             f"{out.name} = torch.empty({list(space)}, device=_dev, "
@@ -470,7 +478,7 @@ class _EmitterBase:
             "}",
         ]
         self.kernels.append("\n".join(vsrc))
-        vgrid = max(1, min(math.ceil(n4 / block), _MAX_GRID))
+        vgrid = _grid_stride_blocks(n4, block, tun.grid_waves)
         aligned = [*(_py(r) for r in vargs.vec_refs), out.name]
         return [alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
 

@@ -178,6 +178,9 @@ _op("mish", POINTWISE, "input, inplace=False", "({input} * tanhf({input} > 20.f 
 _op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
 _op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5)  # noqa: E501
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
+_op("softshrink", POINTWISE, "input, lambd=0.5", "({input} > {lambd} ? {input} - {lambd} : ({input} < -{lambd} ? {input} + {lambd} : 0.f))", flops=3)  # noqa: E501
+_op("hardshrink", POINTWISE, "input, lambd=0.5", "(fabsf({input}) > {lambd} ? {input} : 0.f)", flops=2)  # noqa: E501
+_op("frac", POINTWISE, "input", "({input} - truncf({input}))", flops=2)
 _op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
 _op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
 _op("zeros_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0)  # noqa: E501

@@ -26,6 +26,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     "pointwise": [
         *({"block_size": b} for b in _BLOCKS),
         *({"block_size": b, "unroll": 4} for b in (256, 1024)),
+        *({"grid_waves": w} for w in (0, 128)),
         {"vector_width": 1},
     ],
     "reduction": [
@@ -58,7 +59,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
 
 # Bottleneck class (as the Verifier names it) -> the knobs whose settings come first.
 _FIRST_FOR: dict[str, tuple[str, ...]] = {
-    "memory_bound": ("vector_width", "unroll", "rows_per_block"),
+    "memory_bound": ("vector_width", "grid_waves", "unroll", "rows_per_block"),
     "latency_bound": ("block_size", "rows_per_block", "split_reduction"),
     "low_occupancy": ("block_size", "rows_per_block"),
     "launch_bound": ("rows_per_block", "fuse"),

@@ -32,6 +32,11 @@ class KernelTuning(BaseModel):
         default=None, description="Two-stage reduction over long rows; None: pick from the shape."
     )
     fuse: bool = Field(default=True, description="False: prologue/epilogue run as own kernels.")
+    grid_waves: int = Field(
+        default=32,
+        description="Blocks per SM at most for grid-stride pointwise kernels; 0: one element "
+        "(or float4) per thread, no cap.",
+    )
     conv_library: bool = Field(
         default=True,
         description="Convolutions through cuDNN; False: generated im2col + cuBLAS or direct kernels.",
