@@ -184,13 +184,17 @@ class CpuKernels:
         )
         self.lib = ctypes.CDLL(str(lib))
         self.launched: list[str] = []
+        self.engines: list[int] = []
 
-    def conv(self, x, w, y, stride, padding, dilation, groups=1) -> None:  # noqa: ANN001
-        """The runtime's cuDNN convolution, computed by PyTorch on the CPU."""
+    def conv(self, x, w, y, stride, padding, dilation, groups=1, engine=0) -> None:  # noqa: ANN001
+        """The runtime's cuDNN convolution, computed by PyTorch on the CPU (every engine
+        computes the same convolution; the chosen one is recorded in ``engines``)."""
+        self.engines.append(engine)
         self._library_conv(False, x, w, y, stride, padding, dilation, groups)
 
-    def conv_transpose(self, x, w, y, stride, padding, dilation, groups=1) -> None:  # noqa: ANN001
+    def conv_transpose(self, x, w, y, stride, padding, dilation, groups=1, engine=0) -> None:  # noqa: ANN001
         """The runtime's cuDNN transposed convolution; ``y``'s shape gives the output padding."""
+        self.engines.append(engine)
         self._library_conv(True, x, w, y, stride, padding, dilation, groups)
 
     def _library_conv(self, transposed, x, w, y, stride, padding, dilation, groups) -> None:  # noqa: ANN001

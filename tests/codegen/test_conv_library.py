@@ -87,6 +87,17 @@ def test_library_convolution_matches_pytorch(
     assert len(kernels.launched) == 1 + has_epilogue  # the library call, then one kernel at most
 
 
+@pytest.mark.parametrize("layer", ["Conv2d(4, 6, 3, padding=1)", "ConvTranspose2d(4, 6, 3)"])
+def test_a_tuned_cudnn_engine_is_passed_to_the_runtime(layer: str, tmp_path: Path) -> None:
+    default = _generate(layer, (2, 4, 7, 5), "self.conv(x)")[1]
+    assert "engine=" not in default.host_source  # cuDNN's first choice, as before
+    tuning = Tuning(default=KernelTuning(conv_engine=2))
+    task, cand = _generate(layer, (2, 4, 7, 5), "self.conv(x)", tuning)
+    assert ", engine=2)" in cand.host_source
+    kernels = check_on_cpu(task, cand, tmp_path)
+    assert kernels.engines and set(kernels.engines) == {2}
+
+
 def test_generated_convolution_when_the_coder_is_told_so(tmp_path: Path) -> None:
     tuning = Tuning(default=KernelTuning(conv_library=False))
     task, cand = _generate("Conv2d(4, 6, 3, padding=1)", (2, 4, 7, 5), "self.conv(x)", tuning)

@@ -204,3 +204,34 @@ def test_cudnn_convolutions_match_pytorch(
     else:
         again = getattr(F, f"conv{nd}d")(x, w, None, stride, padding, dilation, groups)
     torch.testing.assert_close(graph_out, again, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("graph_api", [True, False], ids=["graph-api", "legacy-api"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv-transpose"])
+def test_every_cudnn_engine_rank_computes_the_same_convolution(
+    transposed: bool, graph_api: bool
+) -> None:
+    """Each of the first FP32 engines the tuner may pick agrees with PyTorch, and a rank past the
+    last engine falls back to the last one instead of failing."""
+    import torch
+    import torch.nn.functional as F
+
+    from stitch_graph.runtime.cudnn import Cudnn
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    torch.backends.cudnn.allow_tf32 = False
+    x = torch.randn(8, 16, 32, 32, device="cuda")
+    w = torch.randn(16, 16, 3, 3, device="cuda")
+    if transposed:
+        expected = F.conv_transpose2d(x, w, None, 1, 1)
+    else:
+        expected = F.conv2d(x, w, None, 1, 1)
+    library = KernelLibrary("")
+    library._dnn = dnn = Cudnn(graph_api=graph_api)
+    call = library.conv_transpose if transposed else library.conv
+    for engine in (0, 1, 2, 3, 50):
+        y = torch.full_like(expected, float("nan"))
+        call(x, w, y, (1, 1), (1, 1), (1, 1), 1, engine=engine)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+    assert len(dnn._plans) == 5  # one plan per engine rank

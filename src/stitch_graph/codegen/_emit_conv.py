@@ -675,7 +675,8 @@ class _ConvEmitter(_EmitterBase):
             + ("; bias and epilogue follow in one kernel" if needs_epilogue else ""),
             f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)",
             f"KERNELS.{call}({_py(node.args['input'])}, {_py(node.args['weight'])}, {product}, "
-            f"{stride}, {padding}, {dilation}, {groups})",
+            f"{stride}, {padding}, {dilation}, {groups}"
+            + (f", engine={tun.conv_engine})" if tun.conv_engine else ")"),
         ]
         if not needs_epilogue:
             return lines

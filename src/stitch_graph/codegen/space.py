@@ -5,7 +5,8 @@ sometimes far off (a warp per row where a block wins, 256 threads where 1024 fil
 Inductor's autotuner, the autotuner times a short list of settings on the real shapes and keeps
 the fastest. Each kernel kind declares its list here: block sizes, rows per block (warp or block
 per row), vector width, unroll, split or single-pass reductions, the cuDNN or generated
-convolution. Settings that emit the same code as another are removed by the autotuner before
+convolution and which of cuDNN's FP32 engines runs it (cuDNN's heuristics rank engines; timing
+the first few on the real shape is what ``torch.backends.cudnn.benchmark`` does). Settings that emit the same code as another are removed by the autotuner before
 anything is built, so a list may be generous.
 
 Profile findings narrow a space: ``narrow_space`` keeps the settings that address the named
@@ -48,6 +49,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     ],
     "conv": [
         *({"conv_library": True, "block_size": b} for b in _BLOCKS),
+        *({"conv_library": True, "conv_engine": e} for e in (1, 2, 3)),
         {"conv_library": False},
         {"conv_library": False, "block_size": 128},
     ],
@@ -63,7 +65,7 @@ _FIRST_FOR: dict[str, tuple[str, ...]] = {
     "latency_bound": ("block_size", "rows_per_block", "split_reduction"),
     "low_occupancy": ("block_size", "rows_per_block"),
     "launch_bound": ("rows_per_block", "fuse"),
-    "compute_bound": ("conv_library", "unroll"),
+    "compute_bound": ("conv_library", "conv_engine", "unroll"),
     "register_spill": ("block_size", "unroll"),
 }
 

@@ -32,6 +32,11 @@ class KernelTuning(BaseModel):
         default=None, description="Two-stage reduction over long rows; None: pick from the shape."
     )
     fuse: bool = Field(default=True, description="False: prologue/epilogue run as own kernels.")
+    conv_engine: int = Field(
+        default=0,
+        description="Which of cuDNN's FP32 engines (heuristic order) runs the convolution; 0 is "
+        "cuDNN's first choice, as PyTorch eager takes it.",
+    )
     grid_waves: int = Field(
         default=32,
         description="Blocks per SM at most for grid-stride pointwise kernels; 0: one element "

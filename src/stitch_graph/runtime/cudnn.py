@@ -221,8 +221,9 @@ class Cudnn:
             self.lib.cudnnBackendDestroyDescriptor(engine)
 
     def _graph_plan(self, handle: ctypes.c_void_p, key: tuple) -> _GraphPlan | None:
-        """The first FP32 engine of cuDNN's heuristics for this convolution (None: none)."""
-        transposed, xs, ws, ys, stride, padding, dilation, _groups, alignment = key
+        """The ``engine``-th FP32 engine of cuDNN's heuristics for this convolution, or the last
+        one there is when there are fewer (None: none at all)."""
+        transposed, xs, ws, ys, stride, padding, dilation, _groups, alignment, engine = key
         i64, vp = ctypes.c_int64, ctypes.c_void_p
 
         def tensor(uid: int, shape: tuple) -> Any:
@@ -260,6 +261,7 @@ class Cudnn:
         if graph is None:
             return None
         keep = [x, w, y, conv, op, graph]
+        found: _GraphPlan | None = None
         for mode in (_HEUR_INSTANT, _HEUR_FALLBACK):
             for config in self._engine_configs(graph, mode):
                 plan = self._fp32_only(config) and self._descriptor(_D_EXECUTION_PLAN, [
@@ -268,13 +270,24 @@ class Cudnn:
                 if plan:
                     (size,) = self._get(plan, _A_PLAN_WORKSPACE, _T_INT64, i64, 1)
                     if size <= _WORKSPACE_LIMIT:
-                        return _GraphPlan(plan, size, [*keep, config])
+                        if found is not None:
+                            self._release(found)
+                        found = _GraphPlan(plan, size, [*keep, config])
+                        if engine <= 0:
+                            return found
+                        engine -= 1
+                        continue
                     self.lib.cudnnBackendDestroyDescriptor(plan)
                 self.lib.cudnnBackendDestroyDescriptor(config)
-        return None
+        return found
+
+    def _release(self, plan: _GraphPlan) -> None:
+        """Destroy a plan that is not kept, and its engine configuration."""
+        self.lib.cudnnBackendDestroyDescriptor(plan.plan)
+        self.lib.cudnnBackendDestroyDescriptor(plan.keep[-1])
 
     def _plan(self, handle: ctypes.c_void_p, key: tuple) -> _Plan:
-        transposed, xs, ws, ys, stride, padding, dilation, groups, _alignment = key
+        transposed, xs, ws, ys, stride, padding, dilation, groups, _alignment, engine = key
         lib = self.lib
         w = ctypes.c_void_p()
         self._check(lib.cudnnCreateFilterDescriptor(ctypes.byref(w)), "filter descriptor")
@@ -305,9 +318,9 @@ class Cudnn:
             status = lib.cudnnGetConvolutionForwardAlgorithm_v7(
                 handle, x, w, conv, y, _ALGO_COUNT, ctypes.byref(count), perf)
         self._check(status, "algorithm heuristic")
-        for p in perf[: count.value]:
-            if p.status or p.math_type != _FMA_MATH:
-                continue
+        usable = [p for p in perf[: count.value] if not p.status and p.math_type == _FMA_MATH]
+        # the engine-th FP32 algorithm first, then cuDNN's order (the first when engine is 0)
+        for p in usable[min(engine, max(len(usable) - 1, 0)):] + usable:
             size = ctypes.c_size_t()
             if transposed:
                 status = lib.cudnnGetConvolutionBackwardDataWorkspaceSize(
@@ -347,10 +360,12 @@ class Cudnn:
 
     def run(self, stream: int, transposed: bool, x: Any, w: Any, y: Any,
             stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...],
-            groups: int) -> None:
+            groups: int, engine: int = 0) -> None:
         """``y = conv(x, w)`` or ``conv_transpose(x, w)``, FP32, contiguous NC... tensors.
 
-        Batches whose tensors exceed cuDNN's 32-bit element counts run in parts of whole images.
+        ``engine`` picks among the FP32 engines (or legacy algorithms) in the heuristic's order;
+        0 is cuDNN's first choice. Batches whose tensors exceed cuDNN's 32-bit element counts run
+        in parts of whole images.
         """
         import torch
 
@@ -367,7 +382,8 @@ class Cudnn:
                 geometry = (stride, padding, dilation)
             pointers = [t.data_ptr() for t in (xp, w, yp)]
             alignment = next(a for a in (16, 8, 4, 1) if not any(p % a for p in pointers))
-            key = (transposed, tuple(xs), tuple(ws), tuple(ys), *geometry, groups, alignment)
+            key = (transposed, tuple(xs), tuple(ws), tuple(ys), *geometry, groups, alignment,
+                   engine)
             plan = self._plans.get((handle.value, key))  # plans belong to a thread's handle
             if plan is None:
                 with self._lock:

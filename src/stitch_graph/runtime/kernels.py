@@ -323,16 +323,18 @@ class KernelLibrary:
                 )
 
     def conv(self, x: Any, w: Any, y: Any, stride: Sequence[int], padding: Sequence[int],
-             dilation: Sequence[int], groups: int = 1) -> None:
-        """``y = conv(x, w)`` (no bias: the generated epilogue adds it) through cuDNN, in FP32."""
+             dilation: Sequence[int], groups: int = 1, engine: int = 0) -> None:
+        """``y = conv(x, w)`` (no bias: the generated epilogue adds it) through cuDNN, in FP32;
+        ``engine`` picks among cuDNN's FP32 engines in its heuristic's order (0: its first)."""
         self._cudnn().run(self.stream_handle(), False, x, w, y, tuple(stride), tuple(padding),
-                          tuple(dilation), groups)
+                          tuple(dilation), groups, engine)
 
     def conv_transpose(self, x: Any, w: Any, y: Any, stride: Sequence[int],
-                       padding: Sequence[int], dilation: Sequence[int], groups: int = 1) -> None:
+                       padding: Sequence[int], dilation: Sequence[int], groups: int = 1,
+                       engine: int = 0) -> None:
         """``y = conv_transpose(x, w)`` through cuDNN; ``y``'s shape carries the output padding."""
         self._cudnn().run(self.stream_handle(), True, x, w, y, tuple(stride), tuple(padding),
-                          tuple(dilation), groups)
+                          tuple(dilation), groups, engine)
 
     def _cudnn(self) -> Any:
         dnn = self.__dict__.get("_dnn")
