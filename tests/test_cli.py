@@ -273,7 +273,8 @@ def test_a_killed_run_resumes_from_its_last_completed_step(tmp_path):
     log = out / "log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
-        if log.exists() and '"event": "verdict"' in log.read_text():
+        # the Verifier has started building: the plan and the program are checkpointed
+        if log.exists() and '"event": "compiling"' in log.read_text():
             break
         time.sleep(0.02)
     assert process.poll() is None, "the run ended before it could be killed"

@@ -132,8 +132,17 @@ class Candidate(BaseModel):
         description="Reference ops deliberately left to PyTorch (a partial program).",
     )
     item_id: str | None = None
+    item_ids: list[str] = Field(
+        default_factory=list,
+        description="Every to-do item this program completes when it passes (empty: item_id).",
+    )
     author: str = "rules"
     notes: str = ""
+
+    @property
+    def completes(self) -> list[str]:
+        """The to-do items a pass of this program marks done."""
+        return list(self.item_ids) or ([self.item_id] if self.item_id else [])
 
     @property
     def digest(self) -> str:
@@ -371,6 +380,10 @@ class RoundRecord(BaseModel):
     feedback: FeedbackCategory | None = None
     summary: str = ""
     seconds: float = 0.0
+    steps: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds of the Verifier's steps: checks, build, test, profile, tuning.",
+    )
 
 
 class BestProgram(BaseModel):

@@ -118,12 +118,19 @@ def route_correct(
     extra_items: list[FeedbackItem],
     summary: str,
 ) -> Feedback:
-    """Where a correct (or compiled-but-unverifiable) candidate sends the loop next."""
-    if plan.next_pending() is not None:
-        return Feedback(target="coder", category="item_done", summary=summary)
+    """Where a correct (or compiled-but-unverifiable) candidate sends the loop next.
+
+    A spent budget ends the run even with items left: the best correct program so far (partial,
+    its missing items declared to PyTorch) is what the run returns, and the summary says so.
+    """
     spent = budget_spent(state, ctx, rounds)
+    left = [i.id for i in plan.items if i.status == "pending"]
     if spent:
+        if left:
+            spent += f"; {len(left)} item(s) not generated: {', '.join(left)}"
         return Feedback(target="finalize", category="done", summary=f"{summary}; {spent}")
+    if left:
+        return Feedback(target="coder", category="item_done", summary=summary)
     speedup = timing.speedup_vs_compile if timing else None
     if ctx.target_speedup and speedup and speedup >= ctx.target_speedup:
         return Feedback(

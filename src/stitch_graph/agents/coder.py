@@ -53,7 +53,12 @@ def _feedback_for_coder(state: StitchState) -> Feedback | None:
 def rule_candidate(
     task: Task, plan: Plan, item: TodoItem, state: StitchState
 ) -> tuple[Candidate, dict]:
-    """Emit the program through ``item`` with the rule-based generator, applying feedback."""
+    """Emit the program with the rule-based generator, applying feedback.
+
+    The first program holds every pending item at once, so a model whose items all generate
+    cleanly is verified in one round; once such a program fails, the Coder goes item by item
+    (through ``item``), so each failure is found where it is.
+    """
     from stitch_graph.agents.program_cache import program_ir
     from stitch_graph.codegen import Tuning, apply_feedback, emit_candidate
 
@@ -68,7 +73,27 @@ def rule_candidate(
         if memory.get("applied_feedback") != id_of(feedback):
             tuning = apply_feedback(tuning, plan, feedback)
             memory["applied_feedback"] = id_of(feedback)
-    candidate = emit_candidate(program_ir(task), plan, through=item.id, tuning=tuning)
+    failed_batch = memory.get("batch") and feedback is not None and feedback.category in (
+        "compile_error", "wrong_result", "runtime_error", "hack"
+    )
+    if failed_batch:
+        memory["stepwise"] = True
+    pending = [i.id for i in plan.items if i.status == "pending"]
+    batch = not memory.get("stepwise") and len(pending) > 1
+    memory["batch"] = batch
+    if batch:  # the whole program at once; a failure sends the Coder item by item
+        whole = plan.model_copy(
+            update={
+                "items": [
+                    i.model_copy(update={"status": "done"}) if i.status == "pending" else i
+                    for i in plan.items
+                ]
+            }
+        )
+        candidate = emit_candidate(program_ir(task), whole, through=pending[-1], tuning=tuning)
+        candidate = candidate.model_copy(update={"item_id": pending[-1], "item_ids": pending})
+    else:
+        candidate = emit_candidate(program_ir(task), plan, through=item.id, tuning=tuning)
     memory["tuning"] = tuning.model_dump()
     return candidate, memory
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from langgraph.config import get_stream_writer
+from langgraph.runtime import Runtime
 
+from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.progress import emit
 from stitch_graph.agents.state import StitchState
 from stitch_graph.artifacts import BestProgram, RunReport, TuningReport
@@ -44,6 +46,15 @@ def tuning_line(report: TuningReport) -> str:
     )
 
 
+def _seconds_by_step(state: StitchState) -> dict[str, float]:
+    """Where the Verifier's time went over the whole run, summed over rounds."""
+    total: dict[str, float] = {}
+    for record in state.get("history", []):
+        for step, seconds in record.steps.items():
+            total[step] = round(total.get(step, 0.0) + seconds, 3)
+    return total
+
+
 def build_report(state: StitchState) -> RunReport:
     """The outcome of the run as recorded in ``state``."""
     task = state.get("task")
@@ -59,6 +70,7 @@ def build_report(state: StitchState) -> RunReport:
     tuning = state.get("tuning")
     if tuning is not None:
         details["tuning"] = tuning.model_dump(mode="json")
+    details["seconds_by_step"] = _seconds_by_step(state)
     if best is not None:
         partial = bool(best.declared_torch_ops)
         outcome = "partial" if partial else "verified"
@@ -111,8 +123,9 @@ def build_report(state: StitchState) -> RunReport:
     )
 
 
-def finalize_node(state: StitchState) -> dict[str, Any]:
+def finalize_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[str, Any]:
     """Write the report and the final message a caller (or a parent graph) reads."""
     report = build_report(state)
+    report.details["round_budget"] = resolve_context(runtime.context).max_rounds
     emit(get_stream_writer(), "finalize", report.outcome, summary=report.summary)
     return {"report": report, "messages": [AIMessage(content=report.summary, name="stitch_graph")]}

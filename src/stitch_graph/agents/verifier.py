@@ -14,6 +14,8 @@ profile, analysis, route), and close the round.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -134,6 +136,16 @@ class _Round:
     timing: TimingResult | None = None
     profile: ProfileReport | None = None
 
+    @contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        """Add the seconds of the enclosed step to the round's record."""
+        start = time.time()
+        try:
+            yield
+        finally:
+            steps = self.record.steps
+            steps[step] = steps.get(step, 0.0) + time.time() - start
+
 
 def _open_round(state: StitchState, ctx: StitchContext) -> _Round:
     """Count the round and the item's attempt, and start the round's record."""
@@ -232,7 +244,9 @@ def _accept(current: _Round) -> bool:
     """Mark the item done and keep the program if it is the best; whether it was verified."""
     verified = not (current.test is not None and current.test.status == "not_run")
     note = "verified" if verified else "compiled; correctness not run: no GPU"
-    plan = _mark(current.plan, current.candidate.item_id, "done", note=note)
+    plan = current.plan
+    for item_id in current.candidate.completes:
+        plan = _mark(plan, item_id, "done", note=note)
     current.plan = plan
     current.update["item_attempts"] = 0
     if verified:
@@ -388,13 +402,22 @@ def verifier_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[s
     if state.get("verifier_status") == "tools":
         return _resume_analysis(model, state, ctx)
     current = _open_round(state, ctx)
-    failed = _check_hacks(current) or _compile(current) or _test(current)
+    with current.timed("checks"):
+        failed = _check_hacks(current)
+    if failed is None:
+        with current.timed("build"):
+            failed = _compile(current)
+    if failed is None:
+        with current.timed("test"):
+            failed = _test(current)
     if failed is not None:
         return _close_round(current, _settle_failure(current, failed))
     verified = _accept(current)
     if verified:
-        _profile_finished(current)
-        tuned = _tune(current)
+        with current.timed("profile"):
+            _profile_finished(current)
+        with current.timed("tuning"):
+            tuned = _tune(current)
         if tuned is not None:
             return _close_round(current, tuned)
     summary = _progress_summary(current, verified)

@@ -27,6 +27,16 @@ def render_markdown(state: dict[str, Any]) -> str:
                 "Unsupported (left to PyTorch, declared): " + ", ".join(plan.unsupported_ops),
             ]
         lines.append("")
+    budget = report.details.get("round_budget")
+    lines.append(f"Rounds: {report.rounds}" + (f" of a budget of {budget}" if budget else "") + ".")
+    spent = report.details.get("seconds_by_step") or {}
+    if spent:
+        lines.append(
+            "Verifier time by step: "
+            + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in spent.items())
+            + "."
+        )
+    lines.append("")
     history = state.get("history", [])
     if history:
         lines += [
