@@ -70,3 +70,13 @@ def test_no_gpu_means_not_run(monkeypatch, env):
     outcome = verify_candidate(task, _host(HONEST), settings)
     assert outcome.test.status == "not_run" and outcome.test.reason == "not run: no GPU"
     assert outcome.timing.status == "not_run"
+
+
+def test_worker_memory_follows_the_machine_unless_set():
+    from stitch_graph.execution.settings import RunSettings, machine_memory_share_mb
+
+    share = machine_memory_share_mb()
+    assert share >= 1024
+    assert RunSettings().worker_memory_mb == share  # half of this machine, not a fixed 16 GiB
+    assert RunSettings(memory_limit_mb=2048).worker_memory_mb == 2048
+    assert machine_memory_share_mb(0.25) <= share

@@ -100,8 +100,12 @@ class StitchContext:
     timeout_s: float = field(
         default=120.0, metadata={"description": "Wall-clock limit of one candidate's worker."}
     )
-    memory_limit_mb: int = field(
-        default=16384, metadata={"description": "Host memory limit of a candidate's worker, MiB."}
+    memory_limit_mb: int | None = field(
+        default=None,
+        metadata={
+            "description": "Host memory limit of each worker, MiB; None: half of this "
+            "machine's memory."
+        },
     )
     executor: Any = field(
         default=None,

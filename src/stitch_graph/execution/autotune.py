@@ -431,7 +431,7 @@ def tuning_job(
         },
         # tuning stops itself at its budget; the rest is capture, the reference and builds
         timeout_s=budget_s + max(settings.timeout_s, 120.0),
-        memory_limit_mb=settings.memory_limit_mb,
+        memory_limit_mb=settings.worker_memory_mb,
         env={"CUPY_CACHE_DIR": str(settings.root() / "cupy-cache")},
     )
 

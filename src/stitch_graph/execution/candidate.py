@@ -313,7 +313,7 @@ def candidate_job(
             "time": time_it,
         },
         timeout_s=settings.timeout_s,
-        memory_limit_mb=settings.memory_limit_mb,
+        memory_limit_mb=settings.worker_memory_mb,
         scratch_dir=scratch_dir,
         env={"CUPY_CACHE_DIR": str(settings.root() / "cupy-cache")},
     )

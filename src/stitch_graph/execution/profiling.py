@@ -192,7 +192,7 @@ def reference_timeline(
             "iterations": iterations,
         },
         timeout_s=max(settings.timeout_s, 180.0),
-        memory_limit_mb=settings.memory_limit_mb,
+        memory_limit_mb=settings.worker_memory_mb,
     )
     result = _submit(job, executor)
     if result.status != "ok":

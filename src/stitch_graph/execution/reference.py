@@ -264,7 +264,7 @@ def ensure_reference(
             kind="reference",
             payload=reference_payload(task, settings, device),
             timeout_s=max(settings.timeout_s, 300.0),  # torch.compile takes a while when cold
-            memory_limit_mb=settings.memory_limit_mb,
+            memory_limit_mb=settings.worker_memory_mb,
             scratch_dir=str(staging),
             env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
         )

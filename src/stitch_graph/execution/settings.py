@@ -15,7 +15,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunSettings"]
+__all__ = ["RunSettings", "machine_memory_share_mb"]
+
+
+def machine_memory_share_mb(share: float = 0.5) -> int:
+    """``share`` of this machine's physical memory, MiB (16 GiB where it cannot be read)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 16384
+    return max(1024, int(total * share) // (1024 * 1024))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +38,7 @@ class RunSettings:
     timing_runs: int = 20
     warmup_runs: int = 5
     timeout_s: float = 120.0
-    memory_limit_mb: int = 16384
+    memory_limit_mb: int | None = None
     gpu_arch: str = "sm_90a"
     work_dir: str | None = None
     seed: int = 42
@@ -50,6 +59,12 @@ class RunSettings:
             return ctx
         values = {f.name: getattr(ctx, f.name) for f in fields(cls) if hasattr(ctx, f.name)}
         return cls(**values)
+
+    @property
+    def worker_memory_mb(self) -> int:
+        """A worker's resident-memory limit: the setting, else half of this machine's memory
+        (a whole model's reference needs tens of GiB on a machine that has them)."""
+        return self.memory_limit_mb or machine_memory_share_mb()
 
     @property
     def trials(self) -> int:

@@ -200,6 +200,43 @@ def _init_args(
     return list(raw), record
 
 
+def _on_meta(
+    model_cls: type[nn.Module], init: list[Any], get_inputs: Callable[[], Any], run_reference: bool
+) -> tuple[nn.Module, list[Any], list[TensorSpec]] | None:
+    """Model, arguments and output specs built on the meta device: shapes without storage.
+
+    A whole level-3 model or a 6 GB input costs nothing there. Anything that needs real values
+    (an ``.item()`` in ``__init__``, inputs made on another device, a forward that cannot trace)
+    returns ``None``, and the caller builds for real, with its clear error messages.
+    """
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(_SEED)
+            model = model_cls(*init)
+            torch.manual_seed(_SEED)
+            args = get_inputs()
+    except Exception:  # noqa: BLE001 - the real build reports the problem, if there is one
+        return None
+    if (
+        not isinstance(args, (list, tuple))
+        or not all(
+            isinstance(a, _PLAIN_INPUT) or (isinstance(a, torch.Tensor) and a.is_meta) for a in args
+        )
+        or not any(isinstance(a, torch.Tensor) for a in args)
+    ):
+        return None
+    if any(t.device.type != "meta" for t in [*model.parameters(), *model.buffers()]):
+        return None
+    args = list(args)
+    if not run_reference:
+        return model, args, []
+    try:
+        inferred = infer_outputs(model, args, real_run_max_elements=0)
+    except Exception:  # noqa: BLE001 - a non-tensor output or a failing forward: build for real
+        return None
+    return (model, args, inferred.outputs) if inferred.outputs else None
+
+
 def _construct(model_cls: type[nn.Module], init: list[Any], label: str) -> nn.Module:
     try:
         return model_cls(*init)
@@ -284,11 +321,15 @@ def load_task(
         model_cls, get_inputs, get_init_inputs = _get_callables(namespace, label)
         torch.manual_seed(_SEED)
         init, init_record = _init_args(get_init_inputs, label)
-        torch.manual_seed(_SEED)
-        model = _construct(model_cls, init, label)
-        torch.manual_seed(_SEED)
-        args = _forward_args(get_inputs, label)
-        outputs = _outputs(model, args, label) if run_reference else []
+        built = _on_meta(model_cls, init, get_inputs, run_reference)
+        if built is None:  # the problem needs real values to build: build it for real
+            torch.manual_seed(_SEED)
+            model = _construct(model_cls, init, label)
+            torch.manual_seed(_SEED)
+            args = _forward_args(get_inputs, label)
+            outputs = _outputs(model, args, label) if run_reference else []
+        else:
+            model, args, outputs = built
     for w in caught:
         _log.debug("%s: warning while loading: %s", label, w.message)
 
