@@ -28,7 +28,7 @@ from typing import Any
 from stitch_graph.artifacts import Candidate, KernelChoice, Plan, Task, TuningReport
 from stitch_graph.codegen import EmitError, KernelTuning, Tuning, emit_candidate, groups_from_plan
 from stitch_graph.codegen.space import narrow_space, tuning_space
-from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor, gpu_available
+from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
@@ -487,13 +487,7 @@ def tune_candidate(
         return None, TuningReport(note="not run: no GPU")
     settings = RunSettings.from_context(ctx)
     job = tuning_job(task, plan, tuning, settings, bottleneck=bottleneck, budget_s=budget_s)
-    own = executor is None
-    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
-    try:
-        result = runner.submit(job).result()
-    finally:
-        if own:
-            runner.shutdown()
+    result = run_on(executor, job)
     if result.status != "ok" or "error" in result.result:
         reason = result.result.get("error") or result.reason or result.status
         return None, TuningReport(note=f"tuning failed: {str(reason)[:300]}")

@@ -43,6 +43,7 @@ __all__ = [
     "gpu_available",
     "job_environment",
     "run_job",
+    "run_on",
     "visible_gpus",
 ]
 
@@ -373,3 +374,14 @@ class LocalGPUExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def run_on(executor: Executor | None, job: Job) -> JobResult:
+    """Run ``job`` on ``executor`` and wait; with ``None``, on a private one-worker executor
+    that is shut down afterwards (no pre-started worker is left behind)."""
+    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
+    try:
+        return runner.submit(job).result()
+    finally:
+        if executor is None:
+            runner.shutdown()

@@ -26,7 +26,7 @@ from stitch_graph.artifacts import (
 )
 from stitch_graph.execution._common import clone_to, draw_inputs, init_inputs, load_problem
 from stitch_graph.execution.candidate import candidate_job, prepare_candidate, prepare_for_run
-from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor, gpu_available
+from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
@@ -155,16 +155,6 @@ def _descendants(evt: Any) -> list[Any]:
 # Parent side
 
 
-def _submit(job: Job, executor: Executor | None) -> Any:
-    own = executor is None
-    runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
-    try:
-        return runner.submit(job).result()
-    finally:
-        if own:
-            runner.shutdown()
-
-
 def reference_timeline(
     task: Task, ctx: Any = None, *, executor: Executor | None = None, iterations: int = 5
 ) -> ProfileReport:
@@ -194,7 +184,7 @@ def reference_timeline(
         timeout_s=max(settings.timeout_s, 180.0),
         memory_limit_mb=settings.worker_memory_mb,
     )
-    result = _submit(job, executor)
+    result = run_on(executor, job)
     if result.status != "ok":
         return ProfileReport(
             status="error",
@@ -282,7 +272,7 @@ def profile_candidate(
     )
     job.command_prefix = argv[: argv.index(_PROGRAM_MARK)]
     job.timeout_s = max(settings.timeout_s, 300.0)
-    result = _submit(job, executor)
+    result = run_on(executor, job)
     stdout = Path(result.stdout_path).read_text(errors="replace") if result.stdout_path else ""
     text = stdout + "\n" + result.stderr_tail
     if "ERR_NVGPUCTRPERM" in text:

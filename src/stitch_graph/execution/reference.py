@@ -35,7 +35,7 @@ from stitch_graph.execution._common import (
     set_tf32,
     timing_draws,
 )
-from stitch_graph.execution.executor import Executor, Job, LocalGPUExecutor
+from stitch_graph.execution.executor import Executor, Job, run_on
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
@@ -268,13 +268,7 @@ def ensure_reference(
             scratch_dir=str(staging),
             env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
         )
-        own = executor is None
-        runner = executor or LocalGPUExecutor(max_workers=1, prestart=False)
-        try:
-            result = runner.submit(job).result()
-        finally:
-            if own:
-                runner.shutdown()
+        result = run_on(executor, job)
         if result.status != "ok":
             reason = result.reason or result.status
             msg = f"reference failed: {reason}"
