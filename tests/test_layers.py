@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stitch_graph"
 # Bottom to top; a package may import only packages of a lower layer (and itself).
 LAYERS: list[set[str]] = [
     {"artifacts"},
-    {"runtime", "toolchain"},
+    {"runtime", "toolchain", "shapes"},
     {"checks", "task", "codegen", "knowledge"},
     {"execution", "reward"},
     {"agents"},

@@ -105,3 +105,13 @@ def test_plan_asks_for_graph_replay() -> None:
     plan = plan_program(ir)
     assert plan.host.cuda_graph
     assert [item.kind for item in plan.items if "gru" in item.ops] == ["gemm"]
+
+
+def test_a_state_left_at_its_default_is_not_an_input(tmp_path: Path) -> None:
+    source = _problem("GRU", given_state=False,
+                      body="if h0 is None:\n            h0 = torch.zeros(2, 3, 6, device=x.device)"
+                           "\n        return self.rnn(x, h0)[0]").replace(
+        "def forward(self, x)", "def forward(self, x, h0=None)")
+    task, program = generate_checked(source)
+    assert "def forward(self, x):" in program.host_source
+    check_on_cpu(task, program, tmp_path)

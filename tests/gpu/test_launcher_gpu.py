@@ -109,8 +109,13 @@ extern "C" __global__ void add_one(const float* x, float* out, int n) {
     assert torch.equal(second, expected(x))
     assert first.data_ptr() != second.data_ptr()  # fresh outputs: the first one still holds
     assert not torch.equal(first, second)
-    other = torch.randn(500, device="cuda")  # a new shape and address: captured again
+    fresh = torch.randn(1000, device="cuda")  # same shape, new address: copied in, replayed
+    assert torch.equal(model(fresh), expected(fresh))
+    assert len(library._graphs) == 1
+    other = torch.randn(500, device="cuda")  # a new shape: captured again
     assert torch.equal(model(other), expected(other))
+    assert len(library._graphs) == 2
+    assert torch.equal(model(x), expected(x))  # the first signature's graph still replays
     assert len(library._graphs) == 2
 
 

@@ -321,7 +321,8 @@ def _lower_call(
         path = str(fx_node.target)
         x = _subst(fx_node.args[0], env)
         ndim = len(ir.shapes[x]) if isinstance(x, Ref) else 0
-        call, call_args, call_kwargs = _module_call(root.get_submodule(path), path, x, ndim)
+        rest = tuple(_subst(fx_node.args[1:], env))
+        call, call_args, call_kwargs = _module_call(root.get_submodule(path), path, x, ndim, rest)
         op = call.rsplit(".", 1)[1]
     else:
         call_args = list(_subst(fx_node.args, env))

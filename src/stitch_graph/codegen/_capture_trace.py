@@ -9,6 +9,7 @@ folding), so a problem with gigabytes of weights traces in milliseconds.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -20,6 +21,7 @@ from stitch_graph.artifacts import Task
 from stitch_graph.codegen._capture_aliases import _INPLACE_DUNDERS
 from stitch_graph.codegen._capture_base import CaptureError
 from stitch_graph.codegen.ir import Ref
+from stitch_graph.shapes import is_recurrent, recurrent_outputs
 
 _LEAF_MODULES = (
     torch.nn.modules.batchnorm._BatchNorm,
@@ -50,22 +52,46 @@ for _op, _dunder in _INPLACE_DUNDERS.items():
 
 
 class _ThroughTracer(torch.fx.Tracer):
-    """Trace through submodules except normalisations, whose forwards branch on sizes."""
+    """Trace through submodules except normalisations, whose forwards branch on sizes, and
+    LSTM/GRU layers given their initial state, which become one node with flat outputs
+    ``(output, h_n[, c_n])`` (as ``torch.export`` gives them, without unrolling every step)."""
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         return isinstance(m, _LEAF_MODULES)
+
+    def call_module(
+        self, m: torch.nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        state = args[1] if len(args) > 1 else kwargs.get("hx")
+        if not is_recurrent(m) or state is None or len(args) + len(kwargs) != 2:
+            return super().call_module(m, forward, args, kwargs)
+        name = "lstm" if isinstance(m, torch.nn.LSTM) else "gru"  # as the traced-through call
+        flat = self.create_proxy("call_module", self.path_of_module(m), (args[0], state), {},
+                                 name=name)
+        if isinstance(m, torch.nn.LSTM):
+            return flat[0], (flat[1], flat[2])
+        return flat[0], flat[1]
 
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
         return _InplaceProxy(node, self)
 
 
 def _module_call(
-    module: torch.nn.Module, path: str, x: Any, ndim: int
+    module: torch.nn.Module, path: str, x: Any, ndim: int, rest: tuple[Any, ...] = ()
 ) -> tuple[str, list[Any], dict[str, Any]]:
-    """The functional call a leaf module stands for, with its tensors as ``Ref``."""
+    """The functional call a leaf module stands for, with its tensors as ``Ref``; ``rest`` are
+    the call's arguments after the first."""
 
     def param(name: str) -> Ref | None:
         return Ref("param", f"{path}.{name}") if getattr(module, name, None) is not None else None
+
+    if is_recurrent(module):  # the aten op's arguments: input, hx, flat weights, sizes, flags
+        state = list(rest[0]) if isinstance(rest[0], tuple | list) else rest[0]
+        weights = [Ref("param", f"{path}.{name}") for name in module._flat_weights_names]
+        flags = [module.bias, module.num_layers, float(module.dropout), module.training]
+        op = "lstm" if isinstance(module, torch.nn.LSTM) else "gru"
+        return f"torch.{op}", [x, state, weights, *flags, module.bidirectional,
+                               module.batch_first], {}
 
     if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
         training = module.training or module.running_mean is None
@@ -111,6 +137,12 @@ class _RecordingShapeProp(ShapeProp):
 
     def call_method(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         return super().call_method(target, args, _on_meta(kwargs))
+
+    def call_module(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        module = self.fetch_attr(target)
+        if is_recurrent(module):
+            return recurrent_outputs(module, args[0])
+        return super().call_module(target, args, kwargs)
 
 
 def _on_meta(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -209,8 +241,18 @@ def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
         raise CaptureError(msg) from error
 
 
+def _unpassed_defaults(model: torch.nn.Module, args: list[Any]) -> dict[str, Any]:
+    """Forward's parameters that the task's inputs leave at their defaults (``h0=None``): fx
+    would make them inputs, so such a forward goes to ``torch.export``, which calls it."""
+    params = list(inspect.signature(model.forward).parameters.values())[len(args):]
+    return {p.name: p.default for p in params
+            if p.default is not inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
+
+
 def _trace(model: torch.nn.Module, args: list[Any]) -> tuple[torch.fx.GraphModule, str]:
     try:
+        if _unpassed_defaults(model, args):
+            raise CaptureError("forward has parameters the inputs leave at their defaults")
         graph = _ThroughTracer().trace(model)
         return torch.fx.GraphModule(model, graph), "fx"
     except Exception as fx_error:  # noqa: BLE001 - any trace failure falls back to export

@@ -348,20 +348,27 @@ class KernelLibrary:
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
         """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
 
-        The graph is captured on the first call for each set of input and parameter addresses,
-        shapes and strides, and replayed afterwards: every kernel runs again on the current
-        contents of the same memory, so only the launches are saved, never the work. Outputs are
-        copied out of the graph's static buffers, so each call returns fresh tensors as in eager
-        mode. Where capture fails (a library call that cannot be captured), the body runs with
-        plain launches from then on.
+        The whole forward is captured once per input signature (shapes, strides, dtypes and
+        devices of the inputs; addresses of the parameters and buffers) on static input buffers.
+        Each call copies its inputs into those buffers, replays the graph and copies the outputs
+        out, so every kernel runs again on the current values, new tensors of the same shapes do
+        not capture again, and each call returns fresh tensors as in eager mode. The copies are
+        part of the program's time, so whether a graph pays is measured, never assumed. Where
+        capture fails (a library call that cannot be captured), the body runs with plain
+        launches from then on.
         """
         import torch
 
         if torch.cuda.is_current_stream_capturing():
             return body(*inputs)
-        tensors = [*inputs, *module.parameters(), *module.buffers()]
+        state = [*module.parameters(), *module.buffers()]
         # a bound method is a new object on every access: key on the function behind it
-        key = (id(module), id(getattr(body, "__func__", body)), *(_layout(t) for t in tensors))
+        key = (
+            id(module),
+            id(getattr(body, "__func__", body)),
+            *(_signature(value) for value in inputs),
+            *(_layout(t) for t in state),
+        )
         graphs = self.__dict__.setdefault("_graphs", {})
         entry = graphs.get(key)
         if entry is None:
@@ -370,7 +377,10 @@ class KernelLibrary:
                 graphs.pop(next(iter(graphs)))
         if isinstance(entry, str):  # could not be captured: the reason
             return body(*inputs)
-        graph, outputs = entry
+        graph, static_inputs, outputs = entry
+        for static, value in zip(static_inputs, inputs, strict=True):
+            if static is not None:
+                static.copy_(value)
         graph.replay()
         if isinstance(outputs, tuple | list):
             return type(outputs)(o.clone() for o in outputs)
@@ -469,20 +479,35 @@ def _layout(value: Any) -> Any:
     return repr(value)
 
 
+def _signature(value: Any) -> Any:
+    """What a captured graph depends on in an input: its layout, not its address or values."""
+    if hasattr(value, "data_ptr"):
+        return (tuple(value.shape), tuple(value.stride()), str(value.dtype), str(value.device))
+    return repr(value)
+
+
 def _capture(body: Any, inputs: tuple[Any, ...]) -> Any:
-    """``(graph, outputs)`` of one captured call, or why it could not be captured."""
+    """``(graph, static inputs, outputs)`` of one call captured on static copies of the tensor
+    inputs (``None`` where an input is not a tensor), or why it could not be captured."""
     import torch
 
+    static_inputs = [
+        torch.empty_like(v).copy_(v)  # keeps a dense input's strides
+        if isinstance(v, torch.Tensor)
+        else None
+        for v in inputs
+    ]
+    arguments = [v if s is None else s for s, v in zip(static_inputs, inputs, strict=True)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
         with torch.cuda.stream(side):  # warm-up: module loads and library workspaces happen here
-            body(*inputs)
+            body(*arguments)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outputs = body(*inputs)
+            outputs = body(*arguments)
     except Exception as error:  # noqa: BLE001 - any failure means plain launches instead
         torch.cuda.synchronize()
         return f"{type(error).__name__}: {error}"
-    return graph, outputs
+    return graph, static_inputs, outputs

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from stitch_graph.artifacts import TensorSpec
+from stitch_graph.shapes import fast_meta_rnns
 
 __all__ = [
     "REAL_RUN_MAX_ELEMENTS",
@@ -103,7 +104,7 @@ def _quiet_forward(model: nn.Module, args: Sequence[Any]) -> Any:
 
 
 def _run_meta(model: nn.Module, args: Sequence[Any]) -> list[TensorSpec]:
-    meta_model = copy.deepcopy(model).to("meta")
+    meta_model = fast_meta_rnns(copy.deepcopy(model).to("meta"))
     meta_args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
     return _output_specs(_quiet_forward(meta_model, meta_args))
 
