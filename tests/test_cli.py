@@ -140,6 +140,72 @@ def test_optimize_without_a_problem(capsys):
     assert "optimize needs PROBLEM.py" in flat(capsys.readouterr().err)
 
 
+def test_a_missing_problem_file_names_what_the_cli_can_do(tmp_path, capsys):
+    assert main(["optimize", "nothere.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "nothere.py does not exist" in err and "`stitch-graph optimize -`" in err
+    assert "source text instead" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_problem_source_can_come_from_standard_input(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("import torch\n\nX = 1\n"))
+    assert main(["optimize", "-"]) == 2
+    err = flat(capsys.readouterr().err)
+    assert "cannot load the problem" in err and "defines no `Model`" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--model", "nonexistent:foo"], "cannot use --model nonexistent:foo: LangChain knows no"),
+        (["--model", "openai:gpt-4.1"], "cannot use --model openai:gpt-4.1: Missing credentials"),
+        (["--coder-model", "openai:gpt-4.1"], "cannot use --coder-model openai:gpt-4.1"),
+    ],
+)
+def test_a_model_that_cannot_be_created_is_answered_in_one_line(
+    argv, expected, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = tmp_path / "run"
+    assert main(["optimize", str(PROBLEM), "--out", str(out), "--quiet", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith(expected), captured.err
+    assert "Fix: " in captured.err and "model_provider" not in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert not out.exists() and not (tmp_path / "runs").exists(), "no run folder is left"
+
+
+def test_version():
+    from importlib.metadata import version
+
+    import stitch_graph
+
+    assert stitch_graph.__version__ == version("stitch-graph")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert out.getvalue() == f"stitch-graph {stitch_graph.__version__}\n"
+
+
+def test_knowledge_add_says_where_it_writes_and_follows_the_cache_variable(
+    tmp_path, monkeypatch, capsys
+):
+    with pytest.raises(SystemExit):
+        main(["knowledge", "add", "--help"])
+    assert "STITCH_CACHE_DIR" in flat(capsys.readouterr().out)
+    monkeypatch.setenv("STITCH_CACHE_DIR", str(tmp_path / "cache"))
+    doc = tmp_path / "note.md"
+    doc.write_text("# Shared memory tiles\n\nPad a shared tile by one column to avoid conflicts.\n")
+    assert main(["knowledge", "add", str(doc)]) == 0
+    store = tmp_path / "cache" / "knowledge" / "documents.jsonl"
+    assert "Shared memory tiles" in store.read_text()
+    assert f"store: {store}" in flat(capsys.readouterr().out)
+
+
 def test_resume_of_an_unknown_run(capsys):
     assert main(["optimize", "--resume", "NONEXISTENT"]) == 2
     err = flat(capsys.readouterr().err)
@@ -235,7 +301,7 @@ def test_resume_of_a_finished_run(finished_run):
     before = (out / "log.jsonl").read_text()
     code, stdout, stderr = _run(["optimize", "--resume", str(out)])
     assert code == 0, stdout + stderr
-    assert "already finished" in flat(stderr)
+    assert "already finished, nothing to resume" in stdout
     assert (out / "log.jsonl").read_text() == before, "a finished run must not run again"
 
 
@@ -295,3 +361,112 @@ def test_a_killed_run_resumes_from_its_last_completed_step(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["outcome"] == "compiled_only"
     assert set(report["details"]["items"].values()) == {"done"}
+
+
+def test_ctrl_c_prints_the_resume_command_which_works_from_any_folder(tmp_path):
+    """SIGINT mid-run: one line naming the command, no traceback; that command, run from
+    another folder, finishes the run, and run again says it is finished."""
+    import shlex
+    import signal
+    import time
+
+    reason = _not_ready()
+    if reason:
+        pytest.skip(reason)
+    started_in, elsewhere = tmp_path / "a", tmp_path / "b"
+    started_in.mkdir()
+    elsewhere.mkdir()
+    (started_in / "problem.py").write_text(PROBLEM.read_text())
+    command = [sys.executable, "-m", "stitch_graph.cli", "optimize", "problem.py"]
+    process = subprocess.Popen(
+        [*command, "--out", "runs/swish", "--no-profile", "--no-knowledge", "--quiet"],
+        cwd=started_in,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = started_in / "runs" / "swish" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if log.exists() and '"event": "compiling"' in log.read_text():
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("interrupted: resume with ")]
+    assert len(lines) == 1, stderr
+    hint = lines[0].removeprefix("interrupted: resume with ")
+    assert f"resume with: {hint}" in stderr, "the hint printed at the start is the same command"
+    assert not (started_in / "runs" / "swish" / "report.json").exists()
+
+    argv = shlex.split(hint)
+    assert argv[:3] == ["stitch-graph", "optimize", "--resume"]
+    resumed = subprocess.run(
+        [sys.executable, "-m", "stitch_graph.cli", *argv[1:], "--quiet"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((started_in / "runs" / "swish" / "report.json").read_text())
+    assert report["summary"] in resumed.stdout
+    again = subprocess.run(
+        [sys.executable, "-m", "stitch_graph.cli", *argv[1:]],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "already finished, nothing to resume" in again.stdout
+    assert not (elsewhere / "runs").exists()
+
+
+THRICE_INVERTED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        a = torch.relu(torch.linalg.inv(x))
+        b = torch.linalg.inv(x * 2.0)
+        c = torch.linalg.inv(x + 1.0)
+        return a + b + c
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_partial_program_is_reported_as_partial_with_each_call_site(tmp_path):
+    reason = _not_ready()
+    if reason:
+        pytest.skip(reason)
+    problem = tmp_path / "inverted.py"
+    problem.write_text(THRICE_INVERTED)
+    out = tmp_path / "run"
+    code, stdout, stderr = _run(
+        ["optimize", str(problem), "--out", str(out), "--no-profile", "--no-knowledge", "--quiet"]
+    )
+    assert code == 0, stdout + stderr
+    assert (out / "host.py").read_text().count("torch.linalg.inv(") == 3
+    report = json.loads((out / "report.json").read_text())
+    assert report["details"]["ops_left_to_pytorch"] == {"linalg_inv": 3}
+    assert "partial program" in stdout and "linalg_inv (3 call sites)" in stdout, stdout
+    if not _gpu_present():
+        assert report["outcome"] == "compiled_only"
+    else:
+        assert report["outcome"] == "partial"
+    markdown = (out / "report.md").read_text()
+    assert "## Left to PyTorch (partial program)" in markdown
+    assert "| linalg_inv | 3 |" in markdown

@@ -10,7 +10,13 @@ workers and on GPU machines that need neither LangGraph nor LangChain.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = version("stitch-graph")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 _EXPORTS: dict[str, str] = {
     "BestProgram": "stitch_graph.artifacts",
@@ -38,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "as_tool": "stitch_graph.graph.subagent",
     "TaskLoadError": "stitch_graph.task",
     "load_task": "stitch_graph.task",
+    "write_run": "stitch_graph.agents.run_folder",
 }
 
 __all__ = [
@@ -66,10 +73,12 @@ __all__ = [
     "load_task",
     "memory_checkpointer",
     "sqlite_checkpointer",
+    "write_run",
 ]
 
 if TYPE_CHECKING:
     from stitch_graph.agents.context import StitchContext
+    from stitch_graph.agents.run_folder import write_run
     from stitch_graph.agents.state import StitchInput, StitchOutput, StitchState
     from stitch_graph.artifacts import (
         BestProgram,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task, memory_checkpointer
+from stitch_graph.agents.run_folder import render_markdown
 from stitch_graph.artifacts import KernelChoice, TuningReport
-from stitch_graph.cli.report import render_markdown
 from stitch_graph.codegen import KernelTuning, Tuning
 from stitch_graph.toolchain.nvcc import find_nvcc
 from tests.graph.fakes import ScriptedChatModel, ScriptedExecutor, passed

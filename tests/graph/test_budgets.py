@@ -74,7 +74,7 @@ def test_the_round_budget_is_never_exceeded_and_the_best_partial_program_is_kept
 
 
 def test_the_report_shows_the_round_budget_and_where_the_time_went():
-    from stitch_graph.cli.report import render_markdown
+    from stitch_graph.agents.run_folder import render_markdown
 
     state = run(ScriptedExecutor([wrong(), passed(), passed(), passed()]), max_rounds=7)
     details = state["report"].details
@@ -83,3 +83,15 @@ def test_the_report_shows_the_round_budget_and_where_the_time_went():
     assert all(seconds >= 0 for seconds in details["seconds_by_step"].values())
     markdown = render_markdown(state)
     assert "of a budget of 7" in markdown and "build" in markdown
+
+
+def test_a_run_that_finishes_every_item_on_its_last_round_does_not_say_the_budget_was_spent():
+    items = 3  # the three kernels of THREE_KERNELS, checked below
+    state = run(ScriptedExecutor([wrong(), passed(), passed(), passed()]), max_rounds=1 + items)
+    assert len(state["plan"].items) == items
+    assert {i.status for i in state["plan"].items} == {"done"}
+    assert state["report"].outcome == "verified" and state["report"].rounds == 1 + items
+    verdicts = [r.summary for r in state["history"]] + [state["feedback"].summary]
+    assert not any("budget spent" in v for v in verdicts), verdicts
+    assert "all items done" in state["feedback"].summary
+    assert f"{1 + items} of {1 + items} used" in state["feedback"].summary

@@ -125,10 +125,15 @@ def route_correct(
     """
     spent = budget_spent(state, ctx, rounds)
     left = [i.id for i in plan.items if i.status == "pending"]
-    if spent:
-        if left:
-            spent += f"; {len(left)} item(s) not generated: {', '.join(left)}"
+    if spent and left:
+        spent += f"; {len(left)} item(s) not generated: {', '.join(left)}"
         return Feedback(target="finalize", category="done", summary=f"{summary}; {spent}")
+    if spent:
+        # every item is done: the budget only rules out tuning and re-planning
+        note = f"no rounds left to tune or re-plan ({rounds} of {ctx.max_rounds} used)"
+        if spent.startswith("wall-time"):
+            note = f"no time left to tune or re-plan (wall time of {ctx.wall_time_s:.0f} s used)"
+        return Feedback(target="finalize", category="done", summary=f"{summary}; {note}")
     if left:
         return Feedback(target="coder", category="item_done", summary=summary)
     speedup = timing.speedup_vs_compile if timing else None

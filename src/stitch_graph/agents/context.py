@@ -118,6 +118,13 @@ class StitchContext:
     work_dir: str | None = field(
         default=None, metadata={"description": "Where builds and scratch files go (default: temp)."}
     )
+    run_dir: str | None = field(
+        default=None,
+        metadata={
+            "description": "Where finalize writes the run folder (program, ModelNew file, "
+            "reports); None: no files, the program is in the result."
+        },
+    )
 
     def with_overrides(self, **overrides: Any) -> StitchContext:
         """A copy with some fields changed; unknown names raise ``TypeError``."""

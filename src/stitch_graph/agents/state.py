@@ -52,10 +52,15 @@ class StitchInput(TypedDict, total=False):
 
 
 class StitchOutput(TypedDict, total=False):
-    """What a caller gets back: a final message and the run report."""
+    """What a caller gets back: a final message, the run report and the structured result.
+
+    ``result`` is plain JSON data (see ``agents.finalize.build_result``); the final message
+    carries the same dict in ``additional_kwargs["stitch_result"]``.
+    """
 
     messages: Annotated[list[AnyMessage], add_messages]
     report: RunReport
+    result: dict[str, Any]
 
 
 class StitchState(TypedDict, total=False):
@@ -89,6 +94,7 @@ class StitchState(TypedDict, total=False):
     coder_messages: Annotated[list[AnyMessage], add_messages]
     verifier_messages: Annotated[list[AnyMessage], add_messages]
     report: RunReport
+    result: dict[str, Any]
 
 
 __all__ = ["StitchInput", "StitchOutput", "StitchState", "append_records"]

@@ -35,7 +35,7 @@ def cmd_add(paths: list[str]) -> int:
     console.print(escape(report.summary()))
     for path, why in report.skipped.items():
         console.print(f"  skipped {escape(path)}: {escape(why)}")
-    console.print(f"store: {escape(report.store)}")
+    console.print(f"store: {escape(report.store)}", soft_wrap=True)  # a path to copy whole
     nothing_read = not report.files and not report.duplicate_chunks
     return 1 if nothing_read and report.skipped else 0
 

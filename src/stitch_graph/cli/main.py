@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -63,31 +64,79 @@ def _describe(event: dict[str, Any]) -> str:
 
 
 def _write_outputs(out: Path, state: dict[str, Any]) -> None:
-    from stitch_graph.cli.report import render_markdown
+    from stitch_graph.agents.run_folder import write_run
 
-    report = state.get("report")
-    if report is None:
-        return
-    (out / "report.json").write_text(report.model_dump_json(indent=1))
-    (out / "report.md").write_text(render_markdown(state))
-    program = report.best.candidate if report.best else state.get("last_compiled")
-    if program is None:
-        return
-    (out / "program.cu").write_text(program.kernel_source)
-    (out / "host.py").write_text(program.host_source)
-    if program.host_cpp:
-        (out / "host.cpp").write_text(program.host_cpp)
-    task = state.get("task")
-    try:
-        from stitch_graph.execution import export_kernelbench
+    write_run(state, out)
 
-        (out / "model_new.py").write_text(export_kernelbench(program, task))
-    except Exception as exc:  # export is a convenience; the program files are already written
-        (out / "model_new.error.txt").write_text(f"export failed: {exc}\n")
+
+def _run_folder(name: str) -> Path:
+    """The folder ``--resume`` names: a path as given, or a bare run id under ``runs/``."""
+    path = Path(name).expanduser()
+    if path.is_dir() or path.is_absolute() or len(path.parts) > 1:
+        return path
+    return RUNS_DIR / name
+
+
+def _resume_command(out: Path) -> str:
+    """The command that continues the run in ``out``, from any working folder."""
+    return f"stitch-graph optimize --resume {shlex.quote(str(out.resolve()))}"
+
+
+def _check_models(ctx: StitchContext, args: argparse.Namespace) -> str | None:
+    """One line on the first model that cannot be created, with the fix; None when all can.
+
+    Models are created here, before anything runs, so a wrong name or a missing key is answered
+    at once instead of after the planner has started (they are cached, so the agents reuse them).
+    """
+    from stitch_graph.agents.llm import resolve_model
+
+    for role in ("planner", "coder", "verifier"):
+        spec = getattr(ctx, f"{role}_model")
+        try:
+            resolve_model(spec)
+        except ValueError as exc:
+            cause = " ".join(str(exc.__cause__ or exc).split("\n\n")[0].split())
+            flag = f"--{role}-model" if getattr(args, f"{role}_model") else "--model"
+            if "infer model provider" in cause:  # its advice names an option the CLI lacks
+                provider = str(spec).split(":", 1)[0] if ":" in str(spec) else None
+                cause = (
+                    f"LangChain knows no chat-model provider {provider!r}"
+                    if provider
+                    else "no provider given, and LangChain cannot infer one from the name"
+                )
+            if "api_key" in cause or "API key" in cause or "credentials" in cause.lower():
+                fix = (
+                    "set the provider's API key (e.g. export OPENAI_API_KEY=...), pass "
+                    "--base-url URL for a local OpenAI-compatible server"
+                )
+            else:
+                fix = (
+                    "name it provider:model (e.g. openai:gpt-4.1) with a provider LangChain "
+                    "knows and its package installed (pip install langchain-PROVIDER)"
+                )
+            return (
+                f"cannot use {flag} {spec}: {cause.rstrip('.')}. Fix: {fix}, or leave the "
+                "option out for the rule-based agents."
+            )
+    return None
+
+
+def _read_problem(problem: str) -> tuple[str, str | None]:
+    """The problem as ``load_task`` takes it (``-``: source text from standard input), or an
+    error line when the file is missing."""
+    if problem == "-":
+        return sys.stdin.read(), None
+    if not Path(problem).is_file():
+        what = "is a directory" if Path(problem).is_dir() else "does not exist"
+        return problem, (
+            f"cannot load the problem: {problem} {what}. Fix: check the path, or pipe the "
+            "problem's source into `stitch-graph optimize -`."
+        )
+    return problem, None
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    """Run (or resume) the loop on one problem."""
+    """Run (or resume) the loop on one problem (``-``: its source from standard input)."""
     from rich.console import Console
 
     from stitch_graph.graph import create_stitch_graph
@@ -95,78 +144,101 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from stitch_graph.task import TaskLoadError, load_task
 
     console = Console(stderr=True, highlight=False)
+    run_id = None
     if args.resume:
-        out = Path(args.resume) if Path(args.resume).is_dir() else RUNS_DIR / args.resume
+        out = _run_folder(args.resume)
         meta_path = out / "run.json"
         if not meta_path.exists():
             console.print(
-                f"[red]no run to resume at {escape(str(out))}[/red]: expected {meta_path}"
+                f"[red]no run to resume at {escape(str(out))}[/red]: expected {meta_path}; "
+                "give the run folder the run printed (--resume PATH) or a run id under runs/"
             )
             return 2
         meta = json.loads(meta_path.read_text())
         problem = meta["problem"]
+        run_id = meta.get("run_id", out.name)
         defaults = vars(build_parser().parse_args(["optimize"]))
         for key, value in meta["args"].items():
             if key != "resume" and getattr(args, key, None) == defaults.get(key):
                 setattr(args, key, value)
+        graph = create_stitch_graph(checkpointer=sqlite_checkpointer(out / "checkpoints.sqlite"))
+        snapshot = graph.get_state({"configurable": {"thread_id": run_id}})
+        report = snapshot.values.get("report")
+        if not snapshot.next and report is not None:
+            _write_outputs(out, snapshot.values)
+            print(f"run {run_id} already finished, nothing to resume: {report.summary}")
+            print(f"outputs: {out}")
+            return 0
     else:
         if not args.problem:
             console.print("[red]optimize needs PROBLEM.py[/red] (or --resume RUN_ID)")
             return 2
         problem = args.problem
-        name = Path(problem).stem + time.strftime("-%Y%m%d-%H%M%S")
-        out = Path(args.out) if args.out else RUNS_DIR / name
+        stem = "problem" if problem == "-" else Path(problem).stem
+        out = Path(args.out) if args.out else RUNS_DIR / (stem + time.strftime("-%Y%m%d-%H%M%S"))
+        if (out / "checkpoints.sqlite").exists():
+            console.print(
+                f"[red]{escape(str(out))} already holds a run[/red]: continue it with "
+                f"{escape(_resume_command(out))}, or choose another --out"
+            )
+            return 2
+    source, missing = _read_problem(problem)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     try:
-        task = load_task(problem)
+        task = load_task(source, name="problem" if problem == "-" else None)
     except TaskLoadError as exc:
         console.print(f"[red]cannot load the problem[/red]: {escape(str(exc))}")
         return 2
-    if not args.resume and (out / "checkpoints.sqlite").exists():
-        console.print(
-            f"[red]{escape(str(out))} already holds a run[/red]: continue it with "
-            f"--resume {escape(out.name)}, or choose another --out"
-        )
+    try:
+        ctx = _context(args, out)
+    except ValueError as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        return 2
+    bad_model = _check_models(ctx, args)
+    if bad_model:
+        print(bad_model, file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    run_id = out.name
     if not args.resume:
+        run_id = out.name
+        if problem == "-":
+            (out / "problem.py").write_text(source)
+            problem = str(out / "problem.py")
         saved = {
             k: v
             for k, v in vars(args).items()
             if isinstance(v, (str, int, float, bool, type(None)))
         }
         saved.pop("func", None)
-        (out / "run.json").write_text(
-            json.dumps({"problem": str(problem), "args": saved}, indent=1)
-        )
-    try:
-        ctx = _context(args, out)
-    except ValueError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
-        return 2
+        meta = {"problem": str(Path(problem).resolve()), "run_id": run_id, "args": saved}
+        (out / "run.json").write_text(json.dumps(meta, indent=1))
     graph = create_stitch_graph(checkpointer=sqlite_checkpointer(out / "checkpoints.sqlite"))
     config = {"configurable": {"thread_id": run_id}, "recursion_limit": 500}
     snapshot = graph.get_state(config)
-    if args.resume and not snapshot.next and snapshot.values.get("report") is not None:
-        console.print(f"run {run_id} already finished: {escape(snapshot.values['report'].summary)}")
-        _write_outputs(out, snapshot.values)
-        return 0
     inputs = (
         None if args.resume and snapshot.values else {"task": task, "problem_path": str(problem)}
     )
-    console.print(f"run [bold]{run_id}[/bold] -> {out}  (resume with --resume {run_id})")
-    with (out / "log.jsonl").open("a") as log, console.status("working") as status:
-        for mode, chunk in graph.stream(
-            inputs, config, context=ctx, stream_mode=["updates", "custom"]
-        ):
-            if mode == "custom":
-                log.write(json.dumps(chunk, default=str) + "\n")
-                log.flush()
-                if not args.quiet:
-                    console.print(_describe(chunk), markup=True)
-                status.update(f"{chunk.get('agent')}: {chunk.get('event')}")
-            else:
-                log.write(json.dumps({"update": list(chunk)}, default=str) + "\n")
+    resume = _resume_command(out)
+    console.print(f"run [bold]{escape(run_id)}[/bold] -> {escape(str(out))}")
+    console.print(f"resume with: {escape(resume)}", soft_wrap=True)
+    try:
+        with (out / "log.jsonl").open("a") as log, console.status("working") as status:
+            for mode, chunk in graph.stream(
+                inputs, config, context=ctx, stream_mode=["updates", "custom"]
+            ):
+                if mode == "custom":
+                    log.write(json.dumps(chunk, default=str) + "\n")
+                    log.flush()
+                    if not args.quiet:
+                        console.print(_describe(chunk), markup=True)
+                    status.update(f"{chunk.get('agent')}: {chunk.get('event')}")
+                else:
+                    log.write(json.dumps({"update": list(chunk)}, default=str) + "\n")
+    except KeyboardInterrupt:
+        print(f"interrupted: resume with {resume}", file=sys.stderr)
+        return 130
     final = graph.get_state(config).values
     _write_outputs(out, final)
     report = final.get("report")
@@ -227,6 +299,12 @@ def cmd_export_training(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from stitch_graph import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stitch-graph``."""
     parser = argparse.ArgumentParser(
@@ -234,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn a PyTorch program (KernelBench format) into verified, faster CUDA "
         "with Planner, Coder and Verifier agents. Without --model the rule-based agents run.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser(
@@ -278,7 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     kn = sub.add_parser("knowledge", help="the CUDA knowledge index")
     ksub = kn.add_subparsers(dest="knowledge_command", required=True)
-    add = ksub.add_parser("add", help="add Markdown, HTML, text (or PDF) documents")
+    add = ksub.add_parser(
+        "add",
+        help="add Markdown, HTML, text (or PDF) documents",
+        description="Add documents to the knowledge index. Their chunks are stored in "
+        "$STITCH_CACHE_DIR/knowledge/documents.jsonl (default: "
+        "~/.cache/stitch-graph/knowledge/documents.jsonl), next to the cached index; set "
+        "STITCH_CACHE_DIR to keep them elsewhere (search reads the same place).",
+    )
     add.add_argument("paths", nargs="+")
     search = ksub.add_parser("search", help="print ranked hits for a query")
     search.add_argument("query")
