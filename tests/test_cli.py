@@ -7,7 +7,6 @@ generator (``stitch_graph.codegen``); without a GPU its outcome is ``compiled_on
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import subprocess
@@ -103,17 +102,23 @@ def test_graph_mermaid_to_a_file(tmp_path, capsys):
     assert target.read_text() == SNAPSHOT.read_text()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pygraphviz") is not None
-    or importlib.util.find_spec("mermaidx") is not None,
-    reason="a PNG renderer is installed",
-)
-def test_graph_png_without_a_renderer(capsys, tmp_path):
+def test_graph_png_and_svg_to_files(tmp_path, capsys):
+    for fmt, start in (("png", b"\x89PNG"), ("svg", b"<svg")):
+        target = tmp_path / f"graph.{fmt}"
+        assert main(["graph", "--format", fmt, "--output", str(target)]) == 0
+        assert capsys.readouterr().out == f"wrote {target}\n"
+        assert target.read_bytes().lstrip().startswith(start)
+
+
+def test_graph_png_without_a_renderer(capsys, tmp_path, monkeypatch):
+    from stitch_graph.graph import drawing
+
+    monkeypatch.setattr(drawing, "_installed", lambda module: module == "grandalf")
     target = tmp_path / "graph.png"
     assert main(["graph", "--format", "png", "--output", str(target)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "pygraphviz" in captured.err and "mermaidx" in captured.err
+    assert "stitch-graph[draw]" in captured.err and "pygraphviz" in captured.err
     assert not target.exists()
 
 
