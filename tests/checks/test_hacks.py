@@ -440,6 +440,48 @@ HACKS: list[tuple[str, str, str, str]] = [
         ADD_RELU_KERNEL,
         "no_kernel_launch",
     ),
+    (
+        "cupy_module_from_a_prebuilt_binary",
+        _host(
+            LAUNCH + "return out",
+            header="import cupy\nimport torch\nimport torch.nn as nn\n"
+            "_MOD = cupy.RawModule(path='fast.cubin')\n",
+        ),
+        ADD_RELU_KERNEL,
+        "opaque_build",
+    ),
+    (
+        "load_inline_cpp_calls_aten",
+        textwrap.dedent(
+            '''
+            import torch
+            import torch.nn as nn
+            from torch.utils.cpp_extension import load_inline
+
+            CUDA = """
+            __global__ void unused(float* y) { y[0] = y[0] * 2.f + 1.f; }
+            torch::Tensor run(torch::Tensor x, torch::Tensor b) { return at::relu(x + b); }
+            """
+            ext = load_inline("e", "torch::Tensor run(torch::Tensor x, torch::Tensor b);",
+                              cuda_sources=CUDA, functions=["run"])
+
+            class ModelNew(nn.Module):
+                def forward(self, x, b):
+                    return ext.run(x, b)
+            '''
+        ),
+        "",
+        "extension_torch_compute",
+    ),
+    (
+        "cupy_routine_computes",
+        _host(
+            LAUNCH + "return torch.as_tensor(cupy.maximum(cupy.asarray(out), 0), device='cuda')",
+            header="import cupy\nimport torch\nimport torch.nn as nn\n",
+        ),
+        ADD_RELU_KERNEL,
+        "library_compute",
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from stitch_graph.artifacts import Candidate, HackFinding
+from stitch_graph.checks.external import ExternalProgram, find_external_program
 from stitch_graph.checks.forward import (
     _Analyzer,
     _find_model,
@@ -174,9 +175,14 @@ class HostContext:
         return _Names(self.tree)
 
     @cached_property
+    def external(self) -> ExternalProgram:
+        """What the file builds itself (CuPy kernels, load_inline, ctypes libraries)."""
+        return find_external_program(self.tree, self.names)
+
+    @cached_property
     def model(self) -> _ModelInfo | None:
         """The module-level ``ModelNew`` class, or None."""
-        return _find_model(self.tree, self.names)
+        return _find_model(self.tree, self.names, self.external)
 
     @cached_property
     def path(self) -> dict[str, _Function]:
@@ -198,7 +204,7 @@ class HostContext:
     @cached_property
     def module_vars(self) -> set[str]:
         """Names bound at module level, where state can outlive a call."""
-        return _module_vars(self.tree)
+        return _module_vars(self.tree, self.external.launcher_names)
 
     def functions(self) -> list[FunctionContext]:
         """The forward-path functions, forward first."""

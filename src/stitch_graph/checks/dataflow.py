@@ -101,6 +101,14 @@ class _OutputFlow:
                     roots |= self.roots_of(sub)
         return roots
 
+    def _elements_roots(self, value: ast.Tuple | ast.List) -> set[str]:
+        roots: set[str] = set()
+        for element in value.elts:
+            for sub in ast.walk(element):
+                if isinstance(sub, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+                    roots |= self.roots_of(sub)
+        return roots
+
     def _helper_key(self, call: ast.Call) -> str | None:
         func = call.func
         if isinstance(func, ast.Name):
@@ -136,6 +144,9 @@ class _OutputFlow:
     def _assign(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Name):
             roots = self.roots_of(value)
+            if isinstance(value, ast.Tuple | ast.List):
+                # an argument tuple built ahead of a launch: the launch writes what it holds
+                roots = self._elements_roots(value)
             self.roots[target.id] = roots
             if isinstance(value, ast.Call):
                 dotted = self.an.names.dotted(value.func) or ""

@@ -13,6 +13,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from stitch_graph.checks.external import ExternalProgram
 from stitch_graph.checks.names import (
     _attr_chain,
     _attribute_chain,
@@ -49,9 +50,18 @@ class _ModelInfo:
     tensor_attrs: set[str]
     submodules: dict[str, str]  # attribute -> nn class dotted name
     launcher_attrs: set[str]
+    external: ExternalProgram = field(default_factory=ExternalProgram)
+    extension_attrs: set[str] = field(default_factory=set)
+
+    @property
+    def launcher_names(self) -> frozenset[str]:
+        """Module names holding a launcher: KERNELS, LIB and the file's own builds."""
+        return _LAUNCHER_NAMES | self.external.launcher_names
 
 
-def _find_model(tree: ast.Module, names: _Names) -> _ModelInfo | None:
+def _find_model(
+    tree: ast.Module, names: _Names, external: ExternalProgram | None = None
+) -> _ModelInfo | None:
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     if cls is None:
         return None
@@ -59,6 +69,8 @@ def _find_model(tree: ast.Module, names: _Names) -> _ModelInfo | None:
     tensor_attrs: set[str] = set()
     submodules: dict[str, str] = {}
     launcher_attrs: set[str] = set()
+    extension_attrs: set[str] = set()
+    external = external or ExternalProgram()
     for node in ast.walk(cls):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in {"register_buffer", "register_parameter"} and node.args:
@@ -85,16 +97,22 @@ def _find_model(tree: ast.Module, names: _Names) -> _ModelInfo | None:
             attr = target.attr
             dotted = names.dotted(value.func) if isinstance(value, ast.Call) else None
             root = _attr_chain(value.func) if isinstance(value, ast.Call) else _attr_chain(value)
-            if dotted and dotted.startswith("torch.nn.") and dotted.split(".")[-1][:1].isupper():
+            if external.is_launcher_value(value, names):
+                launcher_attrs.add(attr)
+                if external.is_extension_value(value, names):
+                    extension_attrs.add(attr)
+            elif dotted and dotted.startswith("torch.nn.") and dotted.split(".")[-1][:1].isupper():
                 if dotted.split(".")[-1] in {"Parameter", "Buffer"}:
                     tensor_attrs.add(attr)
                 else:
                     submodules[attr] = dotted
-            elif dotted and dotted.startswith("torch."):
+            elif dotted and dotted.startswith("torch.") and dotted not in _TORCH_NON_TENSOR_CALLS:
                 tensor_attrs.add(attr)
             elif root and root.split(".")[0] in _LAUNCHER_NAMES:
                 launcher_attrs.add(attr)
-    return _ModelInfo(cls, methods, tensor_attrs, submodules, launcher_attrs)
+    return _ModelInfo(
+        cls, methods, tensor_attrs, submodules, launcher_attrs, external, extension_attrs
+    )
 
 
 @dataclass
@@ -214,9 +232,9 @@ class _Analyzer:
         return isinstance(node, ast.Attribute) and node.attr in _QUERY_ATTRS
 
     def is_launcher(self, node: ast.AST) -> bool:
-        """Whether ``node`` is KERNELS/LIB or one of their kernels."""
+        """Whether ``node`` is KERNELS/LIB, a launcher the file builds, or one of their kernels."""
         if isinstance(node, ast.Name):
-            return node.id in _LAUNCHER_NAMES or node.id in self.launchers
+            return node.id in self.model.launcher_names or node.id in self.launchers
         if isinstance(node, ast.Attribute):
             if (
                 isinstance(node.value, ast.Name)
@@ -230,7 +248,19 @@ class _Analyzer:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "getattr" and node.args:
                 return self.is_launcher(node.args[0])
+            return node.func.id in self.model.external.launcher_functions
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return node.func.attr == "get_function" and self.is_launcher(node.func.value)
         return False
+
+    def is_extension_call(self, call: ast.Call) -> bool:
+        """Whether ``call`` runs a function of a ``load_inline`` extension (it returns tensors)."""
+        node: ast.AST = call.func
+        while isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                return node.attr in self.model.extension_attrs
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in self.model.external.extension_names
 
     def is_launch(self, call: ast.Call) -> bool:
         """Whether ``call`` launches a kernel, calls a CUDA library, or replays a graph."""
@@ -282,7 +312,7 @@ class _Analyzer:
 
     def _call_is_tensor(self, node: ast.Call) -> bool:
         if self.is_launch(node):
-            return False
+            return self.is_extension_call(node)
         dotted = self.names.dotted(node.func)
         if dotted:
             if dotted.startswith("torch.Tensor.") and dotted.rsplit(".", 1)[-1] in _QUERY_METHODS:
@@ -361,7 +391,7 @@ class _Analyzer:
         return False
 
 
-def _module_vars(tree: ast.Module) -> set[str]:
+def _module_vars(tree: ast.Module, launchers: frozenset[str] = _LAUNCHER_NAMES) -> set[str]:
     """Names bound by plain assignments at module level (candidates for global caches)."""
     found: set[str] = set()
     for node in tree.body:
@@ -370,7 +400,7 @@ def _module_vars(tree: ast.Module) -> set[str]:
             targets = [node.target]
         for target in targets:
             found.update(s.id for s in ast.walk(target) if isinstance(s, ast.Name))
-    return found - _LAUNCHER_NAMES
+    return found - _LAUNCHER_NAMES - launchers
 
 
 def _propagate_tensor_params(

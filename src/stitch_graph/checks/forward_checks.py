@@ -111,8 +111,14 @@ def _check_torch_compute(node: ast.AST, fn: FunctionContext, out: Findings) -> N
 
 
 def _check_cache_decorators(fn: FunctionContext, out: Findings) -> None:
-    """functools caches wrapped around a forward-path function."""
+    """functools caches wrapped around a forward-path function.
+
+    A module function that only builds and returns a launcher (a raw kernel compiled once) may
+    be cached: what it keeps is the compiled kernel, not an output.
+    """
     func = fn.node
+    if fn.key in fn.host.external.launcher_functions:
+        return
     for deco in func.decorator_list:
         target = deco.func if isinstance(deco, ast.Call) else deco
         dotted = fn.an.names.dotted(target) or _attr_chain(target) or ""

@@ -24,8 +24,17 @@ _KERNEL_HEAD = re.compile(
 )
 _HALF_KERNEL = re.compile(
     r"\b(__\w*half\w*|__\w*bfloat16\w*|half2|nv_bfloat16|__float_to_tf32|"
-    r"wmma::precision::tf32)\b"
+    r"wmma::precision::tf32|(?:at|c10)::(?:Half|BFloat16)|k(?:Half|BFloat16|Float16)|"
+    r"CUBLAS_TF32_TENSOR_OP_MATH|CUBLAS_COMPUTE_32F_FAST_\w+|CUBLAS_TENSOR_OP_MATH)\b"
     r"|cvt\.rna\.tf32|\.f16\b|\.bf16\b|\.tf32\b"
+)
+# Kernels of CUDA text an external program compiles itself: extern "C" is optional there, and
+# templates are common.
+_ANY_KERNEL_HEAD = re.compile(
+    r'(?:extern\s+"C"\s+)?(?:template\s*<[^>]*>\s*)?__global__\s+'
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+    r"(\w+)\s*\(([^)]*)\)\s*\{",
+    re.S,
 )
 _LOAD = re.compile(r"^(?:__ldg\s*\(\s*&?\s*)?\w+\s*\[[^\]]*\]\s*\)?$")
 
@@ -35,10 +44,11 @@ def _strip_comments(source: str) -> str:
     return re.sub(r"//[^\n]*", " ", source)
 
 
-def _kernel_bodies(source: str) -> dict[str, tuple[str, str]]:
-    """Map each extern "C" kernel to ``(parameters, body)``, matching braces."""
+def _kernel_bodies(source: str, head: re.Pattern[str] = _KERNEL_HEAD) -> dict[str, tuple[str, str]]:
+    """Map each extern "C" kernel (each kernel, with ``_ANY_KERNEL_HEAD``) to ``(parameters,
+    body)``, matching braces."""
     bodies: dict[str, tuple[str, str]] = {}
-    for match in _KERNEL_HEAD.finditer(source):
+    for match in head.finditer(source):
         depth, i = 1, match.end()
         while i < len(source) and depth:
             if source[i] == "{":
@@ -79,7 +89,13 @@ def _kernel_kind(params: str, body: str) -> str:
             if rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs):
                 continue
             return "work"
-        elif re.search(r"[+\-*/%]=|\+\+|--", stmt) and not re.match(
+        changed = re.match(r"^(\w+)(?:\.\w+)*\s*(?:[+\-*/%&|^]|<<|>>)?=(?!=)\s*(.+)$", stmt, re.S)
+        if changed and changed.group(1) in loads and not _LOAD.match(changed.group(2).strip()):
+            # a loaded value updated in place (v.x = fmaxf(v.x + b.x, 0.f); v += w) is no
+            # longer a plain copy of its input
+            loads.discard(changed.group(1))
+            continue
+        if re.search(r"[+\-*/%]=|\+\+|--", stmt) and not re.match(
             r"^(?:for|if|while|int|unsigned|size_t|long)\b", stmt
         ):
             # updates of locals such as accumulators count only if stored later
@@ -117,6 +133,20 @@ def _check_kernel_precision(ctx: CandidateContext, out: Findings) -> None:
             f"kernel uses {match.group(0)} while the reference is fp32",
             line,
         )
+    for node, text in _external_code(ctx):
+        match = _HALF_KERNEL.search(_strip_comments(text))
+        if match:
+            out.add(
+                "precision_downgrade",
+                f"CUDA text in the host file uses {match.group(0)} while the reference is fp32",
+                node,
+            )
+
+
+def _external_code(ctx: CandidateContext) -> list[tuple[ast.AST, str]]:
+    """CUDA/C++ text the host file carries itself (an external program's kernels)."""
+    host = ctx.host
+    return [] if host is None else host.external.code
 
 
 def _check_trivial_kernels(ctx: CandidateContext, out: Findings) -> None:
@@ -124,9 +154,14 @@ def _check_trivial_kernels(ctx: CandidateContext, out: Findings) -> None:
     candidate = ctx.candidate
     source = _strip_comments(candidate.kernel_source)
     bodies = _kernel_bodies(source)
+    launched: set[str] | None = None
+    if bodies and candidate.form == "nvrtc":
+        launched = _launched_kernels(ctx.tree)
+    if not bodies:
+        text = "\n".join(_strip_comments(t) for _, t in _external_code(ctx))
+        bodies = _kernel_bodies(text, _ANY_KERNEL_HEAD)
     if not bodies:
         return
-    launched = _launched_kernels(ctx.tree) if candidate.form == "nvrtc" else None
     relevant = {
         name: pb for name, pb in bodies.items() if launched is None or name in launched
     } or bodies

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from stitch_graph.checks.names import _const_str, _has_prefix, _Names
 from stitch_graph.checks.vocabulary import (
+    _CODEGEN_ALLOWED,
     _CODEGEN_PREFIXES,
     _DANGEROUS_BUILTINS,
     _HALF_DTYPES,
@@ -21,8 +22,10 @@ from stitch_graph.checks.vocabulary import (
     _REFERENCE_MODULES,
     _REFERENCE_NAMES,
     _REFERENCE_PREFIXES,
+    _STREAM_CONSTRUCTORS,
     _TF32_FLAGS,
     _TIMING_PREFIXES,
+    _WRITE_ONLY_MODES,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ def _check_import(node: ast.AST, host: HostContext, out: Findings) -> None:
                 out.add("reference_access", f"imports {alias.name} from {base or '.'}", node)
         if base.split(".")[0] in _REFERENCE_MODULES:
             out.add("reference_access", f"imports from module {base!r}", node)
+    nvcc_only = host.external.subprocess_for_nvcc_only
     for module in modules:
         if module.split(".")[0] in _REFERENCE_MODULES:
             out.add("reference_access", f"imports module {module!r}", node)
@@ -56,8 +60,16 @@ def _check_import(node: ast.AST, host: HostContext, out: Findings) -> None:
             ("precision_downgrade", _PRECISION_PREFIXES),
         ):
             hit = _has_prefix(module, prefixes)
-            if hit:
-                out.add(rule, f"imports {module}", node)
+            if not hit or _sanctioned(rule, module, nvcc_only):
+                continue
+            out.add(rule, f"imports {module}", node)
+
+
+def _sanctioned(rule: str, dotted: str, nvcc_only: bool) -> bool:
+    """Whether a banned name is an honest build step: load_inline, subprocess only for nvcc."""
+    if rule == "codegen_call":
+        return dotted in _CODEGEN_ALLOWED
+    return rule == "timing_tamper" and nvcc_only and dotted.split(".")[0] == "subprocess"
 
 
 def _check_reference(node: ast.AST, host: HostContext, out: Findings) -> None:
@@ -76,14 +88,16 @@ def _check_reference(node: ast.AST, host: HostContext, out: Findings) -> None:
     dotted = host.names.dotted(node)
     if not dotted:
         return
+    nvcc_call = id(node) in host.external.sanctioned
     for rule, prefixes in (
         ("codegen_call", _CODEGEN_PREFIXES),
         ("timing_tamper", _TIMING_PREFIXES),
         ("reference_access", _REFERENCE_PREFIXES),
         ("precision_downgrade", _PRECISION_PREFIXES),
     ):
-        if _has_prefix(dotted, prefixes):
-            out.add(rule, f"uses {dotted}", node)
+        if not _has_prefix(dotted, prefixes) or _sanctioned(rule, dotted, nvcc_call):
+            continue
+        out.add(rule, f"uses {dotted}", node)
     if host.candidate.fp32_reference and dotted in _HALF_DTYPES:
         out.add("precision_downgrade", f"uses {dotted} for an fp32 reference", node)
     if dotted == "torch.set_float32_matmul_precision":
@@ -98,7 +112,7 @@ def _check_call_anywhere(node: ast.AST, host: HostContext, out: Findings) -> Non
     func = node.func
     if isinstance(func, ast.Name) and func.id not in names.aliases:
         rule = _DANGEROUS_BUILTINS.get(func.id)
-        if rule:
+        if rule and not (func.id == "open" and _write_only(node)):
             out.add(rule, f"calls {func.id}()", node)
         if func.id in {"getattr", "setattr", "delattr"} and node.args:
             base = names.dotted(node.args[0])
@@ -115,6 +129,13 @@ def _check_call_anywhere(node: ast.AST, host: HostContext, out: Findings) -> Non
         base = names.dotted(func.value)
         if base and base.split(".")[0] in _MUTABLE_ROOTS:
             out.add("timing_tamper", f"{func.attr} on {base}", node)
+
+
+def _write_only(call: ast.Call) -> bool:
+    """Whether an ``open()`` call only writes (a build step saving its source or library)."""
+    mode = call.args[1] if len(call.args) > 1 else None
+    mode = next((k.value for k in call.keywords if k.arg == "mode"), mode)
+    return isinstance(mode, ast.Constant) and mode.value in _WRITE_ONLY_MODES
 
 
 def _check_half_cast(node: ast.AST, host: HostContext, out: Findings) -> None:
@@ -160,7 +181,7 @@ def _check_side_streams(host: HostContext, out: Findings) -> None:
     creates = [
         n
         for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and names.dotted(n.func) == "torch.cuda.Stream"
+        if isinstance(n, ast.Call) and names.dotted(n.func) in _STREAM_CONSTRUCTORS
     ]
     joins = any(
         isinstance(n, ast.Attribute) and n.attr in {"wait_stream", "wait_event", "synchronize"}

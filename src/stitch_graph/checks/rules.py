@@ -8,6 +8,11 @@ as findings on one line are kept once per rule, which detail is kept).
 from __future__ import annotations
 
 from stitch_graph.checks.dataflow import _check_keyed_caches, _check_output_flow
+from stitch_graph.checks.external_checks import (
+    _check_extension_compute,
+    _check_library_compute,
+    _check_opaque_builds,
+)
 from stitch_graph.checks.forward_checks import (
     _check_cache_decorators,
     _check_conditions,
@@ -42,6 +47,8 @@ _CALLS = Check("calls", Scope.MODULE, _check_call_anywhere, per_node=True)
 _HALF_CASTS = Check("half_casts", Scope.MODULE, _check_half_cast, per_node=True)
 _PATCHES = Check("patches", Scope.MODULE, _check_patch, per_node=True)
 _SIDE_STREAMS = Check("side_streams", Scope.MODULE, _check_side_streams)
+_OPAQUE_BUILDS = Check("opaque_builds", Scope.MODULE, _check_opaque_builds)
+_EXTENSION_COMPUTE = Check("extension_compute", Scope.MODULE, _check_extension_compute)
 _MODEL_DEFINED = Check("model_defined", Scope.MODULE, _check_model_defined)
 _COPIED_REFERENCE = Check("copied_reference", Scope.MODEL, _check_copied_reference)
 _FORWARD_DEFINED = Check("forward_defined", Scope.MODEL, _check_forward_defined)
@@ -49,6 +56,7 @@ _KERNEL_LAUNCH = Check("kernel_launch", Scope.FORWARD_PATH, _check_kernel_launch
 _CONDITIONS = Check("conditions", Scope.FUNCTION, _check_conditions)
 _VALUE_READS = Check("value_reads", Scope.FUNCTION, _check_value_reads, per_node=True)
 _TORCH_COMPUTE = Check("torch_compute", Scope.FUNCTION, _check_torch_compute, per_node=True)
+_LIBRARY_COMPUTE = Check("library_compute", Scope.FUNCTION, _check_library_compute, per_node=True)
 _CACHE_DECORATORS = Check("cache_decorators", Scope.FUNCTION, _check_cache_decorators)
 _KEYED_CACHES = Check("keyed_caches", Scope.FUNCTION, _check_keyed_caches)
 _OUTPUT_FLOW = Check("output_flow", Scope.FUNCTION, _check_output_flow)
@@ -65,6 +73,8 @@ _RUN_ORDER = (
     _HALF_CASTS,
     _PATCHES,
     _SIDE_STREAMS,
+    _OPAQUE_BUILDS,
+    _EXTENSION_COMPUTE,
     _MODEL_DEFINED,
     _COPIED_REFERENCE,
     _FORWARD_DEFINED,
@@ -72,6 +82,7 @@ _RUN_ORDER = (
     _CONDITIONS,
     _VALUE_READS,
     _TORCH_COMPUTE,
+    _LIBRARY_COMPUTE,
     _CACHE_DECORATORS,
     _KEYED_CACHES,
     _OUTPUT_FLOW,
@@ -85,8 +96,10 @@ _RULES: tuple[tuple[Rule, tuple[Check, ...]], ...] = (
         Rule(
             "codegen_call",
             "Code is generated or compiled at run time by something other than the "
-            "candidate's own CUDA (torch.compile, TorchScript, Triton, cupy kernel builders, "
-            "exec/eval, dynamic imports, torch.ops/torch._C).",
+            "candidate's own CUDA (torch.compile, TorchScript, Triton, CuPy's elementwise and "
+            "reduction kernel builders, exec/eval, dynamic imports, torch.ops/torch._C). "
+            "CuPy RawKernel/RawModule and load_inline compiling the file's own CUDA text are "
+            "allowed.",
         ),
         (_IMPORTS, _NAMES_USED, _CALLS),
     ),
@@ -107,6 +120,14 @@ _RULES: tuple[tuple[Rule, tuple[Check, ...]], ...] = (
     ),
     (
         Rule(
+            "extension_torch_compute",
+            "The C++ of a load_inline extension computes with PyTorch (torch::/at:: ops or "
+            "tensor methods such as .matmul()) instead of its own kernels.",
+        ),
+        (_EXTENSION_COMPUTE,),
+    ),
+    (
+        Rule(
             "host_syntax_error",
             "The host code does not parse as Python, so nothing about it can be trusted.",
         ),
@@ -121,12 +142,29 @@ _RULES: tuple[tuple[Rule, tuple[Check, ...]], ...] = (
         (_CONDITIONS, _VALUE_READS),
     ),
     (
+        Rule(
+            "library_compute",
+            "A CuPy, NumPy or SciPy routine computes part of the result in the forward path "
+            "instead of the candidate's own kernels.",
+        ),
+        (_LIBRARY_COMPUTE,),
+    ),
+    (
         Rule("missing_model_new", "The host code defines no ModelNew class."),
         (_MODEL_DEFINED, _FORWARD_DEFINED),
     ),
     (
         Rule("no_kernel_launch", "The forward path launches no CUDA kernel at all."),
         (_KERNEL_LAUNCH,),
+    ),
+    (
+        Rule(
+            "opaque_build",
+            "The program runs native code the checks cannot read: a CuPy RawKernel/RawModule "
+            "not compiled from CUDA text in the file, load_inline without CUDA sources, or a "
+            "shared library the file does not build from its own CUDA text with nvcc.",
+        ),
+        (_OPAQUE_BUILDS,),
     ),
     (
         Rule(

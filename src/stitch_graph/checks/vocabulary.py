@@ -62,6 +62,7 @@ _TORCH_ALLOWED_CALLS = frozenset(
         "torch.nn.Parameter",
         "torch.nn.parameter.Parameter",
         "torch.nn.init.calculate_gain",
+        "torch.utils.cpp_extension.load_inline",
     }
 )
 # torch.<name> calls that return something other than a tensor.
@@ -280,8 +281,6 @@ _CODEGEN_PREFIXES = (
     "onnxruntime",
     "cupy.ElementwiseKernel",
     "cupy.ReductionKernel",
-    "cupy.RawKernel",
-    "cupy.RawModule",
     "cupy.fuse",
     "cupyx.jit",
     "pycuda",
@@ -290,6 +289,10 @@ _CODEGEN_PREFIXES = (
     "importlib",
     "runpy",
 )
+# Names under a banned prefix that are honest builds of the file's own CUDA text (the builds
+# themselves are checked in stitch_graph.checks.external). CuPy's RawKernel and RawModule are
+# not under a banned prefix at all.
+_CODEGEN_ALLOWED = frozenset({"torch.utils.cpp_extension", "torch.utils.cpp_extension.load_inline"})
 _TIMING_PREFIXES = (
     "threading",
     "_thread",
@@ -337,6 +340,56 @@ _REFERENCE_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs"})
 _MUTABLE_ROOTS = ("torch", "time", "builtins", "sys", "os", "cupy", "numpy", "math", "gc")
 _TF32_FLAGS = frozenset(
     {"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"}
+)
+# Stream constructors whose work escapes the timed stream unless joined back.
+_STREAM_CONSTRUCTORS = frozenset({"torch.cuda.Stream", "cupy.cuda.Stream"})
+# open() modes that only write: a build step writing its source or library, never a read.
+_WRITE_ONLY_MODES = frozenset({"w", "wb", "wt", "x", "xb", "xt"})
+# Array routines of other libraries that are allowed in the forward path: views of torch
+# memory, scalar types, streams, the launchers themselves, and GEMMs that CuPy hands to cuBLAS
+# (a vendor library, as KERNELS.sgemm is).
+_ARRAY_LIBRARY_ROOTS = ("cupy", "cupyx", "numpy", "scipy")
+_ARRAY_ALLOWED_PREFIXES = (
+    "cupy.cuda",
+    "cupy.RawKernel",
+    "cupy.RawModule",
+    "cupy.asarray",
+    "cupy.matmul",
+    "cupy.dot",
+    "cupy.cublas",
+    "cupy.from_dlpack",
+    "cupy.fromDlpack",
+    "cupy.ndarray",
+    "cupy.dtype",
+    "cupy.intc",
+    "cupy.uintp",
+    "cupy.int8",
+    "cupy.int16",
+    "cupy.int32",
+    "cupy.int64",
+    "cupy.uint8",
+    "cupy.uint16",
+    "cupy.uint32",
+    "cupy.uint64",
+    "cupy.float32",
+    "cupy.float64",
+    "cupy.bool_",
+    "numpy.intc",
+    "numpy.uintp",
+    "numpy.int8",
+    "numpy.int16",
+    "numpy.int32",
+    "numpy.int64",
+    "numpy.uint8",
+    "numpy.uint16",
+    "numpy.uint32",
+    "numpy.uint64",
+    "numpy.float32",
+    "numpy.float64",
+    "numpy.bool_",
+    "numpy.dtype",
+    "numpy.prod",
+    "numpy.ctypeslib",
 )
 _CACHE_DECORATORS = frozenset(
     {
