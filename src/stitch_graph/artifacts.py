@@ -110,7 +110,7 @@ class Plan(BaseModel):
 # The candidate program
 
 
-ProgramForm = Literal["nvrtc", "nvcc_shared"]
+ProgramForm = Literal["nvrtc", "nvcc_shared", "external"]
 
 
 class Candidate(BaseModel):
@@ -119,7 +119,9 @@ class Candidate(BaseModel):
     ``kernel_source`` is one CUDA C++ translation unit whose launchable kernels are
     ``extern "C" __global__``. ``host_source`` is a Python module defining ``ModelNew``; it finds
     the built kernels in the global ``KERNELS`` (form ``nvrtc``) or the loaded shared library in
-    ``LIB`` (form ``nvcc_shared``, built from ``host_cpp`` + ``kernel_source``).
+    ``LIB`` (form ``nvcc_shared``, built from ``host_cpp`` + ``kernel_source``). Form ``external``
+    is a KernelBench ``ModelNew`` file written elsewhere: ``host_source`` holds the whole file,
+    which builds its own kernels (CuPy, ``load_inline``, ctypes), and nothing is injected.
     """
 
     kernel_source: str

@@ -6,13 +6,16 @@ host Python launches them through ``KERNELS`` on PyTorch's current stream. ``nvc
 C++ (cuBLAS/cuBLASLt calls, graphs, streams) plus the kernels go through ``nvcc -shared`` and the
 library is loaded with ctypes as ``LIB``. Both are cached by content hash: nvcc results by
 ``tools.nvcc``, NVRTC results by CuPy's kernel cache, which the parent points at a folder that
-outlives worker processes.
+outlives worker processes. ``external``: a KernelBench file written elsewhere builds its own
+kernels when the worker execs it (:mod:`stitch_graph.execution.external`); nothing is built
+here and nothing is injected.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -105,6 +108,8 @@ def prepare_program(
         and compile_result.arch in ("", arch)
     )
     artifact = compile_result.artifact if usable and compile_result else None
+    if candidate.form == "external":
+        return BuiltProgram(form="external", build_dir=str(build_dir), arch=arch)
     if candidate.form == "nvrtc":
         cubin = artifact if artifact and artifact.endswith(".cubin") else None
         return BuiltProgram(form="nvrtc", build_dir=str(build_dir), cubin_path=cubin, arch=arch)
@@ -234,7 +239,11 @@ def load_model_class(
     name = f"stitch_candidate_{candidate.digest}"
     module = types.ModuleType(name)
     module.__file__ = str(host_path)
-    if device == "cpu":
+    if candidate.form == "external":
+        # the file builds and loads its own kernels; load_inline builds outlive the worker
+        extensions = folder.parent.parent / "torch-extensions"
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions))
+    elif device == "cpu":
         module.__dict__["KERNELS"] = _Unavailable("KERNELS")
         module.__dict__["LIB"] = _Unavailable("LIB")
     elif candidate.form == "nvcc_shared":

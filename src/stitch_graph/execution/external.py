@@ -1,0 +1,78 @@
+"""Candidates written elsewhere: a KernelBench ``ModelNew`` file as a :class:`Candidate`.
+
+Another agent system, a person or a policy in training writes one Python file that defines
+``ModelNew`` and builds its own kernels (CuPy ``RawKernel``/``RawModule``,
+``torch.utils.cpp_extension.load_inline``, a ctypes library built with nvcc). Such a file is the
+program form ``external``: its whole text is the host source, nothing is injected, and the worker
+builds it by executing it, exactly as KernelBench's evaluator does. A folder in the project's own
+layout (``host.py``, ``candidate.json``, ``kernel.cu``) is read as the form it names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stitch_graph.artifacts import Candidate
+from stitch_graph.execution.files import load_candidate_dir
+
+__all__ = ["CandidateInputError", "external_candidate", "read_candidate"]
+
+
+class CandidateInputError(ValueError):
+    """The path does not hold a candidate this project can read; the message says what to pass."""
+
+
+def external_candidate(source: str, *, notes: str = "") -> Candidate:
+    """A KernelBench ``ModelNew`` file's text as a candidate of form ``external``.
+
+    Args:
+        source: The file's text.
+        notes: Free text kept with the candidate (where it came from).
+
+    Returns:
+        The candidate; its kernels are whatever the file builds.
+    """
+    return Candidate(
+        kernel_source="", host_source=source, form="external", author="external", notes=notes
+    )
+
+
+def read_candidate(path: str | Path) -> Candidate:
+    """Read a candidate from a KernelBench ``ModelNew`` file or a project candidate folder.
+
+    Args:
+        path: A ``.py`` file (form ``external``) or a folder with ``host.py`` and
+            ``candidate.json`` (the form it names).
+
+    Returns:
+        The candidate.
+
+    Raises:
+        CandidateInputError: The path is missing, or is neither such a file nor such a folder.
+    """
+    where = Path(path)
+    if where.is_dir():
+        if not (where / "host.py").is_file() or not (where / "candidate.json").is_file():
+            msg = (
+                f"{where} is a folder without host.py and candidate.json; pass a KernelBench "
+                "ModelNew .py file or a candidate folder in the project's layout"
+            )
+            raise CandidateInputError(msg)
+        try:
+            candidate, _ = load_candidate_dir(where)
+        except (OSError, ValueError) as exc:
+            msg = f"cannot read the candidate folder {where}: {exc}; fix candidate.json"
+            raise CandidateInputError(msg) from exc
+        return candidate
+    if not where.is_file():
+        msg = f"no candidate at {where}: pass the path of a KernelBench ModelNew .py file"
+        raise CandidateInputError(msg)
+    if where.suffix != ".py":
+        msg = f"{where} is not a Python file: pass the KernelBench ModelNew .py file"
+        raise CandidateInputError(msg)
+    try:
+        text = where.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"cannot read {where}: {exc}; pass a readable UTF-8 Python file"
+        raise CandidateInputError(msg) from exc
+    return external_candidate(text, notes=f"read from {where.name}")
