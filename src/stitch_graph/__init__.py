@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "StitchOutput": "stitch_graph.agents.state",
     "StitchState": "stitch_graph.agents.state",
     "as_tool": "stitch_graph.graph.subagent",
+    "result_of": "stitch_graph.graph.subagent",
     "TaskLoadError": "stitch_graph.task",
     "load_task": "stitch_graph.task",
     "write_run": "stitch_graph.agents.run_folder",
@@ -72,6 +73,7 @@ __all__ = [
     "draw",
     "load_task",
     "memory_checkpointer",
+    "result_of",
     "sqlite_checkpointer",
     "write_run",
 ]
@@ -100,7 +102,7 @@ if TYPE_CHECKING:
         sqlite_checkpointer,
     )
     from stitch_graph.graph.drawing import draw
-    from stitch_graph.graph.subagent import as_tool
+    from stitch_graph.graph.subagent import as_tool, result_of
     from stitch_graph.task import TaskLoadError, load_task
 
 

@@ -2,8 +2,8 @@
 
 ``builder`` wires the agents' nodes into a ``StateGraph``; ``checkpoint`` gives checkpointers that
 know the artefact types; ``drawing`` draws a graph offline; ``subagent`` wraps a compiled graph as
-a tool for a tool-calling agent. This is the top library layer: it imports the agents and nothing
-imports it back but the command line.
+a tool for a tool-calling agent and reads a run's structured result. This is the top library
+layer: it imports the agents and nothing imports it back but the command line.
 """
 
 from stitch_graph.graph.builder import (
@@ -20,7 +20,7 @@ from stitch_graph.graph.checkpoint import (
     sqlite_checkpointer,
 )
 from stitch_graph.graph.drawing import available_formats, draw
-from stitch_graph.graph.subagent import as_tool
+from stitch_graph.graph.subagent import as_tool, result_of
 
 __all__ = [
     "artifact_serializer",
@@ -34,5 +34,6 @@ __all__ = [
     "route_after_coder",
     "route_after_planner",
     "route_after_verifier",
+    "result_of",
     "sqlite_checkpointer",
 ]

@@ -16,7 +16,7 @@ from langgraph.types import Checkpointer
 
 from stitch_graph.agents.coder import coder_node
 from stitch_graph.agents.context import StitchContext
-from stitch_graph.agents.finalize import finalize_node
+from stitch_graph.agents.finalize import GRAPH_NAME, finalize_node
 from stitch_graph.agents.planner import planner_node
 from stitch_graph.agents.state import StitchInput, StitchOutput, StitchState
 from stitch_graph.agents.tools import coder_tools, verifier_tools
@@ -96,14 +96,15 @@ def build_stitch_graph(
 def create_stitch_graph(
     *,
     checkpointer: Checkpointer = None,
-    name: str = "stitch_graph",
+    name: str = GRAPH_NAME,
     debug: bool = False,
 ) -> CompiledStateGraph:
     """The compiled graph, ready to ``invoke``/``stream`` with ``context=StitchContext(...)``.
 
     Args:
         checkpointer: e.g. ``SqliteSaver`` (see ``stitch_graph.graph.checkpoint``) to persist and resume.
-        name: the graph's name, as a parent graph or supervisor sees it.
+        name: the graph's name, as a parent graph or supervisor sees it; the closing message
+            is named ``stitch_graph`` whatever it is.
         debug: LangGraph debug output.
     """
     return build_stitch_graph().compile(checkpointer=checkpointer, name=name, debug=debug)
