@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -265,15 +267,33 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def quick_start_argv() -> list[str]:
+    """The ``stitch-graph`` command of the README's Quick start, as written there."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    command = block.splitlines()[0].split("&& ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[0] == ".venv/bin/stitch-graph", command
+    return argv[1:]
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """One rule-based ``optimize`` run of a suite problem, shared by the tests below."""
+    """The README's Quick start run, in an empty folder beside the problem suite; shared."""
     reason = _not_ready()
     if reason:
         pytest.skip(reason)
-    out = tmp_path_factory.mktemp("runs") / "swish"
-    argv = ["optimize", str(PROBLEM), "--out", str(out), "--no-profile", "--quiet"]
-    return out, _run(argv)
+    folder = tmp_path_factory.mktemp("quick_start")
+    (folder / "problems").symlink_to(ROOT / "problems", target_is_directory=True)
+    argv = quick_start_argv()
+    assert argv == ["optimize", "problems/elementwise/01_swish_scale_shift.py", "--out", "runs/swish"]
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        return (folder / "runs" / "swish").resolve(), _run(argv)
+    finally:
+        os.chdir(before)
 
 
 def test_optimize_rule_based(finished_run):
@@ -297,7 +317,8 @@ def test_optimize_rule_based(finished_run):
     agents = {e["agent"] for e in events if "agent" in e}
     assert {"planner", "coder", "verifier", "finalize"} <= agents
     meta = json.loads((out / "run.json").read_text())
-    assert meta["problem"] == str(PROBLEM) and meta["args"]["no_profile"] is True
+    assert meta["problem"] == str((out / "../../problems/elementwise/01_swish_scale_shift.py").resolve())
+    assert meta["run_id"] == "swish" and meta["args"]["out"] == "runs/swish"
 
 
 def test_resume_of_a_finished_run(finished_run):

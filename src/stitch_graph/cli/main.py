@@ -167,7 +167,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if not snapshot.next and report is not None:
             _write_outputs(out, snapshot.values)
             print(f"run {run_id} already finished, nothing to resume: {report.summary}")
-            print(f"outputs: {out}")
+            print(f"outputs: {out.resolve()}")
             return 0
     else:
         if not args.problem:
@@ -243,7 +243,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     _write_outputs(out, final)
     report = final.get("report")
     print(report.summary if report else "run ended without a report")
-    print(f"outputs: {out}")
+    print(f"outputs: {out.resolve()}")
     ended_without_program = ("failed", "no_program", "unsupported")
     return 0 if report is not None and report.outcome not in ended_without_program else 1
 
