@@ -29,6 +29,7 @@ Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR .
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import multiprocessing
@@ -127,11 +128,22 @@ def _check(
                 continue
             if e.shape != g.shape or e.dtype != g.dtype:
                 return False, math.inf
-            if e.numel():
-                diff = (e.double() - g.double()).abs().nan_to_num(nan=math.inf)
-                both_nan = e.isnan() & g.isnan()
-                worst = max(worst, float(diff[~both_nan].max()) if (~both_nan).any() else 0.0)
-            ok &= bool(torch.allclose(e, g, atol=tol, rtol=tol, equal_nan=True))
+            close, error = _compare(torch, e, g, tol)
+            ok &= close
+            worst = max(worst, error)
+    return ok, worst
+
+
+def _compare(torch: Any, expected: Any, got: Any, tol: float) -> tuple[bool, float]:
+    """``allclose`` and the largest absolute error, a slice at a time: whole-tensor temporaries
+    in float64 (or the indices of a boolean mask) of a multi-gigabyte output would not fit."""
+    flat_e, flat_g = expected.reshape(-1), got.reshape(-1)
+    ok, worst, step = True, 0.0, 1 << 26
+    for start in range(0, flat_e.numel(), step):
+        e, g = flat_e[start : start + step].double(), flat_g[start : start + step].double()
+        diff = torch.where(e.isnan() & g.isnan(), 0.0, (e - g).abs().nan_to_num(nan=math.inf))
+        worst = max(worst, float(diff.max()))
+        ok &= bool(torch.allclose(e, g, atol=tol, rtol=tol, equal_nan=True))
     return ok, worst
 
 
@@ -161,6 +173,8 @@ def measure(path: Path, *, tol: float, runs: int, tune: bool, tune_budget: float
     row: dict[str, Any] = {"problem": f"{path.parent.name}/{path.stem}"}
     started = time.perf_counter()
     task, candidate, info = _generate(path, tune, tune_budget)
+    gc.collect()  # the tuner's reference and inputs: a big problem needs the memory back
+    torch.cuda.empty_cache()
     untuned = info.pop("untuned", None)
     row.update(info)
     row["generate_s"] = round(time.perf_counter() - started, 2)

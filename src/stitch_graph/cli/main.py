@@ -371,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("-k", type=int, default=5)
     search.add_argument("--mode", default="hybrid", choices=["hybrid", "dense", "keyword"])
     kn.set_defaults(func=cmd_knowledge)
+
+    from stitch_graph.cli import export_data, verify
+
+    verify.add_parser(sub)
+    export_data.add_parser(sub)
     return parser
 
 

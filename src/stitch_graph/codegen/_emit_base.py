@@ -205,13 +205,14 @@ class _EmitterBase:
                 lines.append(f"const {ctype} v_{name} = ({ctype})({value});")
                 env[name] = f"v_{name}"
                 continue
-            if info is None or info.expr is None:
+            template = None if info is None else info.template(node.args)
+            if info is None or template is None:
                 msg = f"node {name} ({node.op}) has no pointwise expression"
                 raise EmitError(msg)
             values: dict[str, str] = {}
             bshapes = node.attrs.get("bshape", {})
             for pname, default in info.params:
-                if "{" + pname + "}" not in info.expr:
+                if "{" + pname + "}" not in template:
                     continue  # e.g. the dtype of zeros_like: nothing to load or spell
                 value = node.args.get(pname, default)
                 if isinstance(value, Ref):
@@ -226,7 +227,7 @@ class _EmitterBase:
                 else:
                     values[pname] = _literal(value)
             ctype = _CTYPE.get(node.dtype, "float")
-            lines.append(f"const {ctype} v_{name} = ({ctype})({info.expr.format(**values)});")
+            lines.append(f"const {ctype} v_{name} = ({ctype})({template.format(**values)});")
             env[name] = f"v_{name}"
         return lines
 

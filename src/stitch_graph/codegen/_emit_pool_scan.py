@@ -55,6 +55,13 @@ class _PoolScanEmitter(_EmitterBase):
             pad = per_dim("padding", 0)
             dil = per_dim("dilation", 1) if is_max else [1] * nd
 
+        def inside(j: int) -> bool:
+            """Whether every window of dim ``j`` lies in the input (no padding reached)."""
+            if adaptive:
+                return False
+            last = (osp[j] - 1) * st[j] - pad[j] + (ks[j] - 1) * dil[j]
+            return pad[j] == 0 and last < isp[j]
+
         def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
             loads = _Args(ir, refs=args.refs)  # window elements: scalar loads, never float4
             env: dict[str, str] = {}
@@ -77,12 +84,17 @@ class _PoolScanEmitter(_EmitterBase):
                     ]
                     loops.append(f"for (int c{j} = s{j}; c{j} < e{j}; ++c{j}) {{")
                     count.append(f"(e{j} - s{j})")
-                elif is_max:
+                elif is_max or inside(j):
+                    # a window that never leaves the input needs no bounds: a fixed trip count,
+                    # unrolled innermost, so a thread has its window's loads in flight at once
                     loops += [
+                        *(["#pragma unroll"] if j == nd - 1 else []),
                         f"for (int w{j} = 0; w{j} < {ks[j]}; ++w{j}) {{",
                         f"const int c{j} = o{j} * {st[j]} - {pad[j]} + w{j} * {dil[j]};",
-                        f"if (c{j} < 0 || c{j} >= {i_j}) continue;",
+                        *([] if inside(j) else [f"if (c{j} < 0 || c{j} >= {i_j}) continue;"]),
                     ]
+                    count.append(str(ks[j]))
+                    size.append(str(ks[j]))
                 else:
                     lines += [
                         f"int s{j} = o{j} * {st[j]} - {pad[j]};",

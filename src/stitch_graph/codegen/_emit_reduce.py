@@ -643,7 +643,10 @@ class _ReduceEmitter(_EmitterBase):
         ir = self.ir
         out = ir.node(g.output)
         block = min(tun.block_size, 1024)
-        splits = max(2, min(1024, math.ceil(264 / rows), math.ceil(length / (block * 8))))
+        # enough blocks for two waves of resident threads (a streaming read needs many loads
+        # in flight), chunks of at least eight loads a thread
+        waves = math.ceil(2 * _GPU_THREADS / (block * rows))
+        splits = max(2, min(4096, waves, math.ceil(length / (block * 8))))
         chunk = math.ceil(length / splits)
         args = _Args(ir)
         env: dict[str, str] = {}
@@ -656,6 +659,7 @@ class _ReduceEmitter(_EmitterBase):
             f"  const {index} s = blockIdx.x % {splits};",
             f"  const {index} end = min(({index})((s + 1) * {chunk}), ({index}){length});",
             f"  {acc} acc = {acc}::init();",
+            "#pragma unroll 4",  # independent loads issued together; the sum stays in order
             f"  for ({index} k = s * {chunk} + threadIdx.x; k < end; k += {block}) {{",
             f"    const {index} i = {in_idx};",
             *(f"    {line}" for line in pre),
@@ -668,7 +672,7 @@ class _ReduceEmitter(_EmitterBase):
         args2 = _Args(ir)
         post, result = finish(args2, "acc")
         otype = _CTYPE.get(out.dtype, "float")
-        block2 = 32 * min(8, max(1, math.ceil(splits / 32)))
+        block2 = 32 * min(32, max(1, math.ceil(splits / 32)))
         stage2 = [
             f'extern "C" __global__ __launch_bounds__({block2}) void {kernel}('
             f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501

@@ -84,6 +84,8 @@ class OpInfo:
         flops: Floating-point operations per output element (planning estimate).
         reads: Elements read per output element besides the inputs' own (planning estimate).
         note: Why the op is unsupported, or how it is lowered.
+        by_constant: A parameter and the templates that replace ``expr`` when the call passes
+            it one of their keys as a constant (``pow`` by its exponent).
     """
 
     name: str
@@ -94,6 +96,16 @@ class OpInfo:
     reads: float = 0.0
     note: str = ""
     params: list[tuple[str, Any]] = field(default_factory=list, compare=False)
+    by_constant: tuple[str, dict[float, str]] | None = field(default=None, compare=False)
+
+    def template(self, args: dict[str, Any]) -> str | None:
+        """The expression template for a call with these bound arguments."""
+        if self.by_constant is not None:
+            name, templates = self.by_constant
+            value = args.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return templates.get(float(value), self.expr)
+        return self.expr
 
     def bind(self, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Map positional and keyword call arguments onto the signature's names, with defaults."""
@@ -125,8 +137,11 @@ def _op(
     flops: float = 1.0,
     note: str = "",
     aliases: tuple[str, ...] = (),
+    by_constant: tuple[str, dict[float, str]] | None = None,
 ) -> None:
-    info = OpInfo(name, kind, signature, expr, flops, 0.0, note, parse_signature(signature))
+    info = OpInfo(
+        name, kind, signature, expr, flops, 0.0, note, parse_signature(signature), by_constant
+    )
     REGISTRY[name] = info
     for alias in aliases:
         REGISTRY[alias] = info
@@ -162,7 +177,16 @@ _op("ceil", POINTWISE, "input", "ceilf({input})")
 _op("round", POINTWISE, "input", "rintf({input})")
 _op("trunc", POINTWISE, "input", "truncf({input})")
 _op("sign", POINTWISE, "input", "(float)(({input} > 0.f) - ({input} < 0.f))", aliases=("sgn",))
-_op("pow", POINTWISE, "input, exponent", "powf({input}, {exponent})", flops=4)
+# constant exponents as PyTorch's CUDA pow computes them: products, a square root, a reciprocal
+_POW_EXACT = {
+    2.0: "({input} * {input})",
+    3.0: "({input} * {input} * {input})",
+    -2.0: "(1.f / ({input} * {input}))",
+    0.5: "sqrtf({input})",
+    -1.0: "(1.f / {input})",
+    1.0: "({input})",
+}
+_op("pow", POINTWISE, "input, exponent", "powf({input}, {exponent})", flops=4, by_constant=("exponent", _POW_EXACT))
 _op("clamp", POINTWISE, "input, min=-inf, max=inf", "sg_min(sg_max({input}, {min}), {max})", flops=2, aliases=("clip",))  # noqa: E501
 _op("clamp_min", POINTWISE, "input, min", "sg_max({input}, {min})")
 _op("clamp_max", POINTWISE, "input, max", "sg_min({input}, {max})")

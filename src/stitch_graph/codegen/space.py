@@ -54,7 +54,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         {"conv_library": False, "block_size": 128},
     ],
     "gemm": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
-    "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
+    "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}, {"vector_width": 1}],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
     "rnn": [{"block_size": b} for b in _BLOCKS],
 }

@@ -94,27 +94,44 @@ def compare_output(
         return check
     if reference.numel() == 0:
         return check
-    a = output.detach().to("cpu")
-    b = reference.detach().to("cpu")
-    if a.is_complex() or b.is_complex():
-        a = torch.view_as_real(a.to(torch.complex128))
-        b = torch.view_as_real(b.to(torch.complex128))
-    else:
-        a, b = a.to(torch.float64), b.to(torch.float64)
-    finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
-    # non-finite values match only the identical non-finite value (NaN with NaN, +Inf with +Inf)
-    same_nonfinite = (~finite_a & ~finite_b) & ((a == b) | (torch.isnan(a) & torch.isnan(b)))
-    both = finite_a & finite_b
-    diff = torch.where(both, (a - b).abs(), torch.zeros_like(a))
-    close = both & (diff <= atol + rtol * b.abs())
-    ok = close | same_nonfinite
-    check.mismatch_fraction = float((~ok).sum().item()) / ok.numel()
-    check.nonfinite_ok = not bool((~finite_a & finite_b).any().item())
-    if both.any():
-        check.max_abs_error = float(diff.max().item())
-        rel = diff / b.abs().clamp_min(max(atol, 1e-12))
-        check.max_rel_error = float(torch.where(both, rel, torch.zeros_like(rel)).max().item())
+    a_all = output.detach().reshape(-1)
+    b_all = reference.detach().reshape(-1)
+    mismatches, nonfinite_bad, any_finite = 0, False, False
+    max_abs, max_rel = 0.0, 0.0
+    for start in range(0, b_all.numel(), _CHUNK):  # a slice at a time: outputs can be gigabytes
+        a, b = _as_float64(a_all[start : start + _CHUNK]), _as_float64(b_all[start : start + _CHUNK])
+        finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
+        # non-finite values match only the identical non-finite value (NaN with NaN, +Inf with +Inf)
+        same_nonfinite = (~finite_a & ~finite_b) & ((a == b) | (torch.isnan(a) & torch.isnan(b)))
+        both = finite_a & finite_b
+        diff = torch.where(both, (a - b).abs(), torch.zeros_like(a))
+        close = both & (diff <= atol + rtol * b.abs())
+        mismatches += int((~(close | same_nonfinite)).sum().item())
+        nonfinite_bad |= bool((~finite_a & finite_b).any().item())
+        if both.any():
+            any_finite = True
+            max_abs = max(max_abs, float(diff.max().item()))
+            rel = diff / b.abs().clamp_min(max(atol, 1e-12))
+            max_rel = max(max_rel, float(torch.where(both, rel, torch.zeros_like(rel)).max().item()))
+    check.mismatch_fraction = mismatches / b_all.numel()
+    check.nonfinite_ok = not nonfinite_bad
+    if any_finite:
+        check.max_abs_error = max_abs
+        check.max_rel_error = max_rel
     return check
+
+
+_CHUNK = 1 << 24
+
+
+def _as_float64(t: Any) -> Any:
+    """A slice on the CPU in float64 (complex values as pairs of reals)."""
+    import torch
+
+    t = t.to("cpu")
+    if t.is_complex():
+        return torch.view_as_real(t.to(torch.complex128))
+    return t.to(torch.float64)
 
 
 def merge_checks(checks: Sequence[OutputCheck]) -> OutputCheck:

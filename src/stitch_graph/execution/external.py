@@ -10,12 +10,16 @@ layout (``host.py``, ``candidate.json``, ``kernel.cu``) is read as the form it n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from stitch_graph.artifacts import Candidate
+from stitch_graph.artifacts import Candidate, Task
+from stitch_graph.execution.executor import Executor
 from stitch_graph.execution.files import load_candidate_dir
+from stitch_graph.execution.round import VerificationOutcome, verify_candidate
 
-__all__ = ["CandidateInputError", "external_candidate", "read_candidate"]
+__all__ = ["CandidateInputError", "external_candidate", "gpu_verifier", "read_candidate"]
 
 
 class CandidateInputError(ValueError):
@@ -76,3 +80,24 @@ def read_candidate(path: str | Path) -> Candidate:
         msg = f"cannot read {where}: {exc}; pass a readable UTF-8 Python file"
         raise CandidateInputError(msg) from exc
     return external_candidate(text, notes=f"read from {where.name}")
+
+
+def gpu_verifier(
+    settings: Any = None, *, executor: Executor | None = None
+) -> Callable[[Task, Candidate], VerificationOutcome]:
+    """The Verifier's protocol as a plain function, for reward functions and scripts.
+
+    Args:
+        settings: ``RunSettings``, ``StitchContext`` or None (defaults).
+        executor: Where candidates run; the process-wide GPU executor when None. Calls from
+            several threads share it, so a batch spreads over the machine's GPUs.
+
+    Returns:
+        ``verify(task, candidate) -> VerificationOutcome``; without a GPU every outcome is
+        ``not_run``.
+    """
+
+    def verify(task: Task, candidate: Candidate) -> VerificationOutcome:
+        return verify_candidate(task, candidate, settings, executor=executor)
+
+    return verify

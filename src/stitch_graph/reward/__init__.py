@@ -1,4 +1,5 @@
-"""The StitchCUDA reward: rubric scores, the scalar reward, and training-data export."""
+"""The StitchCUDA reward: rubric scores and judges, the scalar reward, a GRPO reward function,
+and training data (JSONL files and one dataset with two splits)."""
 
 from stitch_graph.reward.export import (
     IMPROVE_FILE,
@@ -8,6 +9,17 @@ from stitch_graph.reward.export import (
     export_training_data,
     sample_record,
     write_task_samples,
+)
+from stitch_graph.reward.criteria import CRITERIA, DIMENSIONS, criteria_text
+from stitch_graph.reward.dataset import SPLITS, DatasetReport, write_dataset
+from stitch_graph.reward.grpo import KernelReward, extract_candidate, extract_model_new
+from stitch_graph.reward.judges import (
+    DimensionScore,
+    ModelJudge,
+    RubricJudgement,
+    RubricSample,
+    RuleBasedJudge,
+    judge_messages,
 )
 from stitch_graph.reward.reward import RewardBreakdown, RewardConfig, compute_reward
 from stitch_graph.reward.rubric import (
@@ -22,16 +34,30 @@ from stitch_graph.reward.rubric import (
 )
 
 __all__ = [
+    "CRITERIA",
     "DECLARED_USE_PENALTY",
+    "DIMENSIONS",
     "IMPROVE_FILE",
+    "SPLITS",
     "WRITE_FILE",
+    "DatasetReport",
+    "DimensionScore",
     "ExportReport",
+    "KernelReward",
+    "ModelJudge",
     "RewardBreakdown",
     "RewardConfig",
     "RoundSample",
+    "RubricJudgement",
+    "RubricSample",
     "RubricScores",
+    "RuleBasedJudge",
     "compute_reward",
+    "criteria_text",
     "export_training_data",
+    "extract_candidate",
+    "extract_model_new",
+    "judge_messages",
     "launch_configs",
     "sample_record",
     "score_anti_hacking",
@@ -39,5 +65,6 @@ __all__ = [
     "score_cuda_engineering",
     "score_rubric",
     "score_skill_compliance",
+    "write_dataset",
     "write_task_samples",
 ]

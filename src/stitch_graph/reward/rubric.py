@@ -77,8 +77,10 @@ def score_anti_hacking(hack_report: HackReport) -> tuple[float, list[str]]:
 # ------------------------------------------------------------------------------------------
 # CUDA engineering
 
-_VECTOR = re.compile(r"\b(float4|float2|int4|int2|double2|__half2|__ldg|__ldcs|__stcs|cp\.async|"
-                     r"ld\.global\.nc|memcpy_async)\b")
+_VECTOR = re.compile(
+    r"\b(float4|float2|int4|int2|double2|__half2|__ldg|__ldcs|__stcs|cp\.async|"
+    r"ld\.global\.nc|memcpy_async)\b"
+)
 _SHARED = re.compile(r"__shared__")
 _SHUFFLE = re.compile(r"\b(__shfl\w*_sync|__reduce_\w+_sync|cg::reduce|warp\.shfl\w*)\b")
 _LIBRARY = re.compile(r"\b(cublas\w*|cublasLt\w*|cudnn\w*|cutlass::\w+)", re.I)
