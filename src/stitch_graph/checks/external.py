@@ -32,6 +32,9 @@ _SUBPROCESS_CALLS = frozenset(
 )
 # Shared libraries of the CUDA toolkit a program may load with ctypes and call directly.
 _CUDA_LIBRARIES = re.compile(r"^lib(cudart|cuda|cublas|cublasLt|cudnn|cufft|curand|cusparse)\b")
+# The launchers the project's own forms are given (a name bound to one of their kernels, as in
+# ``_gemm = LIB.gemm_bias_relu``, is a launcher too).
+_INJECTED = frozenset({"KERNELS", "LIB"})
 # What marks a string as CUDA or C++ text the kernel checks should read.
 _CODE_MARKERS = ("__global__", "#include", "torch::", "at::", "<<<")
 
@@ -261,7 +264,7 @@ def _is_launcher_value(
     node: ast.AST, names: _Names, launchers: frozenset[str], functions: frozenset[str]
 ) -> bool:
     if isinstance(node, ast.Name):
-        return node.id in launchers
+        return node.id in launchers or node.id in _INJECTED
     if isinstance(node, ast.Attribute):
         return _is_launcher_value(node.value, names, launchers, functions)
     if isinstance(node, ast.Subscript):

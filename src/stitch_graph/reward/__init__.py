@@ -1,6 +1,8 @@
 """The StitchCUDA reward: rubric scores and judges, the scalar reward, a GRPO reward function,
 and training data (JSONL files and one dataset with two splits)."""
 
+from stitch_graph.reward.criteria import CRITERIA, DIMENSIONS, criteria_text
+from stitch_graph.reward.dataset import SPLITS, DatasetReport, write_dataset
 from stitch_graph.reward.export import (
     IMPROVE_FILE,
     WRITE_FILE,
@@ -10,8 +12,6 @@ from stitch_graph.reward.export import (
     sample_record,
     write_task_samples,
 )
-from stitch_graph.reward.criteria import CRITERIA, DIMENSIONS, criteria_text
-from stitch_graph.reward.dataset import SPLITS, DatasetReport, write_dataset
 from stitch_graph.reward.grpo import KernelReward, extract_candidate, extract_model_new
 from stitch_graph.reward.judges import (
     DimensionScore,
