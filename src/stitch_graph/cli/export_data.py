@@ -62,7 +62,7 @@ def cmd_export_data(args: argparse.Namespace) -> int:
         return 2
     try:
         report = write_dataset(samples, args.out, include_hacks=not args.no_hacks)
-    except ImportError as exc:
+    except (ImportError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
     for split, count in report.counts.items():

@@ -6,7 +6,8 @@ messages and the program as an assistant message (the ``prompt``/``completion`` 
 TRL's trainers read), the reward and its terms, and the problem's text in ``problem`` (the
 column :class:`~stitch_graph.reward.grpo.KernelReward` reads). Every split is written as Parquet
 and as JSONL; ``README.md`` carries the YAML ``configs:`` block through which
-``datasets.load_dataset(PATH)`` finds the splits (the ``jsonl`` config reads the JSONL copies).
+``datasets.load_dataset(PATH)`` finds the Parquet splits; the card shows how to load the JSONL
+copies with the ``json`` loader.
 """
 
 from __future__ import annotations
@@ -148,16 +149,7 @@ configs:
 - config_name: default
   default: true
   data_files:
-  - split: write_from_task
-    path: data/write_from_task.parquet
-  - split: improve_from_feedback
-    path: data/improve_from_feedback.parquet
-- config_name: jsonl
-  data_files:
-  - split: write_from_task
-    path: data/write_from_task.jsonl
-  - split: improve_from_feedback
-    path: data/improve_from_feedback.jsonl
+{parquet_files}
 task_categories:
 - text-generation
 tags:
@@ -187,15 +179,17 @@ Samples of two skills, exported by stitch-graph from verified runs:
 - `problem`: the reference program's text, the column a reward function reads to verify new
   completions of the same prompt.
 
-Hacks are kept as negatives (reward 0) unless the export was asked to drop them.
+Hacks are kept as negatives (reward 0) unless the export was asked to drop them. A split with
+no rows is written as empty files but left out of `configs`, since the loader refuses empty files.
 
 ## Loading
 
 ```python
 from datasets import load_dataset
 
-ds = load_dataset("PATH")            # Parquet
-ds = load_dataset("PATH", "jsonl")   # the same rows from JSONL
+ds = load_dataset("PATH")  # Parquet, through the configs above
+# the same rows from the JSONL copies (the loader picks one file format per folder):
+ds = load_dataset("json", data_files={jsonl_map})
 ```
 
 ## Rubric criteria
@@ -223,6 +217,7 @@ def write_dataset(
 
     Raises:
         ImportError: pyarrow is missing (install the ``data`` extra).
+        ValueError: There is no sample to write.
     """
     try:
         import pyarrow as pa
@@ -251,9 +246,25 @@ def write_dataset(
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         report.counts[split] = len(split_rows)
         report.files[split] = [str(parquet), str(jsonl)]
+    present = [split for split in SPLITS if report.counts[split]]
+    if not present:
+        msg = "no samples to write: the runs hold no finished rounds (or only hacks, left out)"
+        raise ValueError(msg)
+
+    def files(suffix: str) -> str:
+        # a split without rows is left out of the configs: the loader refuses empty files
+        return "\n".join(
+            f"  - split: {split}\n    path: data/{split}.{suffix}" for split in present
+        )
+
     card = folder / "README.md"
     card.write_text(
-        _CARD.replace("{write}", str(report.counts["write_from_task"]))
+        _CARD.replace("{parquet_files}", files("parquet"))
+        .replace(
+            "{jsonl_map}",
+            "{" + ", ".join(f'"{p}": "PATH/data/{p}.jsonl"' for p in present) + "}",
+        )
+        .replace("{write}", str(report.counts["write_from_task"]))
         .replace("{improve}", str(report.counts["improve_from_feedback"]))
         .replace("{write_criteria}", criteria_text("write"))
         .replace("{improve_criteria}", criteria_text("improve"))

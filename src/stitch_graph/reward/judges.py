@@ -144,6 +144,14 @@ def _dynamic_hack(test: TestResult | None, timing: TimingResult | None) -> str:
     return ""
 
 
+def _readable(candidate: Candidate) -> Candidate:
+    """The candidate with its CUDA where the static scores read it: an external file carries
+    its kernels as text in the host file."""
+    if candidate.form == "external" and not candidate.kernel_source:
+        return candidate.model_copy(update={"kernel_source": candidate.host_source})
+    return candidate
+
+
 class RuleBasedJudge:
     """Grades from static signals and verification results; needs no model and no network."""
 
@@ -176,13 +184,10 @@ class RuleBasedJudge:
         return DimensionScore(score=5, reason="no hack found by the static or dynamic checks")
 
     def _engineering(self, sample: RubricSample) -> DimensionScore:
-        candidate = sample.candidate
-        if candidate.form == "external" and not candidate.kernel_source:
-            # the kernels are CUDA text inside the file
-            candidate = candidate.model_copy(update={"kernel_source": candidate.host_source})
+        candidate = _readable(sample.candidate)
         value, notes = score_cuda_engineering(candidate, sample.compile_result)
         if sample.skill == "improve" and sample.previous is not None:
-            before, _ = score_cuda_engineering(sample.previous)
+            before, _ = score_cuda_engineering(_readable(sample.previous))
             if value < before:
                 notes = [*notes, "worse than the previous version"]
                 value = min(value, 0.25)
@@ -207,10 +212,11 @@ class RuleBasedJudge:
 
     def _skill(self, sample: RubricSample) -> DimensionScore:
         if sample.skill == "improve" and sample.feedback:
+            previous = _readable(sample.previous) if sample.previous is not None else None
             value, notes = score_skill_compliance(
-                sample.candidate,
+                _readable(sample.candidate),
                 feedback_items=sample.feedback,
-                previous=sample.previous,
+                previous=previous,
                 hack_report=sample.hack_report,
                 compile_result=sample.compile_result,
             )
