@@ -185,6 +185,18 @@ def test_a_model_that_cannot_be_created_is_answered_in_one_line(
     assert not out.exists() and not (tmp_path / "runs").exists(), "no run folder is left"
 
 
+def test_ctrl_c_before_a_run_starts_ends_quietly(tmp_path, monkeypatch, capsys):
+    import stitch_graph.task
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stitch_graph.task, "load_task", interrupted)
+    assert main(["optimize", str(PROBLEM)]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert not (tmp_path / "runs").exists()
+
+
 def test_version():
     from importlib.metadata import version
 

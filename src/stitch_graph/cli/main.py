@@ -318,7 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     opt = sub.add_parser(
         "optimize", help="optimise one problem file", description=cmd_optimize.__doc__
     )
-    opt.add_argument("problem", nargs="?", help="KernelBench problem file (Model, get_inputs, ...)")
+    opt.add_argument(
+        "problem",
+        nargs="?",
+        help="KernelBench problem file (Model, get_inputs, ...); '-' reads its source from stdin",
+    )
     opt.add_argument(
         "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
     )
@@ -333,7 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["function_calling", "json_schema", "json_mode"],
     )
     opt.add_argument("--out", help="run folder (default: runs/<problem>-<time>)")
-    opt.add_argument("--resume", metavar="RUN_ID", help="continue a killed run from its last step")
+    opt.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a stopped run from its last step: its folder (the run prints it), or a "
+        "run id under runs/",
+    )
     opt.add_argument("--max-rounds", type=int, default=12)
     opt.add_argument("--wall-time", type=float, default=1800.0, help="seconds")
     opt.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
@@ -382,7 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``stitch-graph`` command."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # a run in progress says how to resume; this is before or after it
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
