@@ -123,10 +123,12 @@ def evaluate(entries: list[Entry], *, dynamic: bool, settings: Any = None) -> li
     verify = None
     tasks: dict[Path, Any] = {}
     if dynamic:
+        from stitch_graph.execution import RunSettings
         from stitch_graph.execution.external import gpu_verifier
         from stitch_graph.task import load_task
 
-        verify = gpu_verifier(settings)
+        # load_inline programs build PyTorch extensions in the worker: give them minutes
+        verify = gpu_verifier(settings or RunSettings(timeout_s=600.0))
     judge = RuleBasedJudge()
     rows = []
     for entry in entries:
