@@ -98,3 +98,15 @@ def test_a_candidate_that_does_not_parse_is_rejected_not_bad_input(tmp_path):
     verdict = verify_files(BIAS_RELU, broken, gpu=False)
     assert verdict.verdict == "rejected"
     assert verdict.static["rules"] == ["host_syntax_error"]
+
+
+def test_a_run_folder_is_verified_as_its_program_not_its_export(tmp_path):
+    """A run folder's model_new.py embeds the reference; program.cu + host.py are the program."""
+    honest = CORPUS / "honest" / "project_nvrtc_bias_relu"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "program.cu").write_text((honest / "kernel.cu").read_text())
+    (run / "host.py").write_text((honest / "host.py").read_text())
+    (run / "model_new.py").write_text("import sys\nREFERENCE = sys.modules['__main__']\n")
+    verdict = verify_files(BIAS_RELU, run, gpu=False)
+    assert verdict.verdict == "accepted" and verdict.form == "nvrtc", verdict.reasons

@@ -41,12 +41,32 @@ def external_candidate(source: str, *, notes: str = "") -> Candidate:
     )
 
 
+def _run_folder_candidate(folder: Path) -> Candidate:
+    """The program a run folder holds (``program.cu`` + ``host.py``, launched via KERNELS)."""
+    host = (folder / "host.py").read_text()
+    if "LIB." in host and "KERNELS." not in host:
+        msg = (
+            f"{folder} holds an nvcc_shared program without its host C++; pass a candidate "
+            "folder with host.cpp and candidate.json instead"
+        )
+        raise CandidateInputError(msg)
+    return Candidate(
+        kernel_source=(folder / "program.cu").read_text(),
+        host_source=host,
+        form="nvrtc",
+        author="run",
+        notes=f"read from the run folder {folder.name}",
+    )
+
+
 def read_candidate(path: str | Path) -> Candidate:
     """Read a candidate from a KernelBench ``ModelNew`` file or a project candidate folder.
 
     Args:
-        path: A ``.py`` file (form ``external``) or a folder with ``host.py`` and
-            ``candidate.json`` (the form it names).
+        path: A ``.py`` file (form ``external``), a folder with ``host.py`` and
+            ``candidate.json`` (the form it names), or a run folder of ``stitch-graph
+            optimize`` (``program.cu`` and ``host.py``, form ``nvrtc``; its ``model_new.py``
+            is an export that embeds the reference, so it is not what gets verified).
 
     Returns:
         The candidate.
@@ -55,11 +75,14 @@ def read_candidate(path: str | Path) -> Candidate:
         CandidateInputError: The path is missing, or is neither such a file nor such a folder.
     """
     where = Path(path)
+    if where.is_dir() and (where / "program.cu").is_file() and (where / "host.py").is_file():
+        if not (where / "candidate.json").is_file():
+            return _run_folder_candidate(where)
     if where.is_dir():
         if not (where / "host.py").is_file() or not (where / "candidate.json").is_file():
             msg = (
-                f"{where} is a folder without host.py and candidate.json; pass a KernelBench "
-                "ModelNew .py file or a candidate folder in the project's layout"
+                f"{where} is a folder without host.py and candidate.json (or program.cu); pass a "
+                "KernelBench ModelNew .py file, a candidate folder or a run folder"
             )
             raise CandidateInputError(msg)
         try:
