@@ -149,3 +149,16 @@ def test_a_cached_builder_of_a_kernel_is_not_an_output_cache():
     assert _rules(_cupy(prelude, forward)) == []
     cached_forward = forward.replace("    def forward", "    @functools.cache\n    def forward")
     assert "output_cache" in _rules(_cupy(prelude, cached_forward))
+
+
+def test_a_cuda_toolkit_library_may_be_loaded_to_call_it():
+    source = SUBPROCESS.format(build="").replace('"/tmp/k.so"', '"libcublas.so.12"')
+    source = source.replace("import subprocess\n", "")
+    assert _rules(source) == []
+
+
+def test_the_jiterator_is_another_generator():
+    prelude = (
+        "f = torch.cuda.jiterator._create_jit_fn('template <typename T> T f(T x) { return x; }')"
+    )
+    assert "codegen_call" in _rules(_cupy(prelude))

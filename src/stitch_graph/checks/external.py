@@ -48,12 +48,14 @@ class ExternalBuild:
         kind: ``"cupy"``, ``"load_inline"``, ``"library"`` (ctypes) or ``"nvcc"`` (a subprocess).
         text: The CUDA/C++ source text it compiles, when the checks can read it.
         problem: Why the checks cannot trust it (empty: nothing wrong).
+        trusted: A library of the CUDA toolkit (cuBLAS, cuDNN, the runtime), loaded to call it.
     """
 
     node: ast.Call
     kind: str
     text: str = ""
     problem: str = ""
+    trusted: bool = False
 
 
 @dataclass
@@ -239,7 +241,7 @@ def _build_of(call: ast.Call, names: _Names, strings: dict[str, ast.AST]) -> Ext
     if dotted in _LIBRARY_FACTORIES:
         path = source_text(call.args[0], strings) if call.args else None
         if path is not None and _CUDA_LIBRARIES.match(path.rsplit("/", 1)[-1]):
-            return ExternalBuild(call, "library", text="")
+            return ExternalBuild(call, "library", trusted=True)
         return ExternalBuild(call, "library")
     if dotted in _SUBPROCESS_CALLS and call.args:
         command = call.args[0]

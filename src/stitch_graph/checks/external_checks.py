@@ -29,7 +29,7 @@ def _check_opaque_builds(host: HostContext, out: Findings) -> None:
     for build in external.builds:
         if build.problem:
             out.add("opaque_build", build.problem, build.node)
-        elif build.kind == "library" and not build.text and not external.nvcc_built:
+        elif build.kind == "library" and not build.trusted and not external.nvcc_built:
             out.add(
                 "opaque_build",
                 "loads a shared library that the file does not build from its own CUDA "

@@ -262,6 +262,7 @@ _COMPUTE_METHODS = frozenset(
 
 _CODEGEN_PREFIXES = (
     "torch.compile",
+    "torch.cuda.jiterator",
     "torch.jit",
     "torch._dynamo",
     "torch._inductor",
