@@ -110,3 +110,19 @@ def test_a_run_folder_is_verified_as_its_program_not_its_export(tmp_path):
     (run / "model_new.py").write_text("import sys\nREFERENCE = sys.modules['__main__']\n")
     verdict = verify_files(BIAS_RELU, run, gpu=False)
     assert verdict.verdict == "accepted" and verdict.form == "nvrtc", verdict.reasons
+
+
+def test_several_candidates_give_a_list_and_the_worst_exit_status():
+    code, out, _ = _run(
+        [
+            "verify",
+            str(BIAS_RELU),
+            str(CORPUS / "honest" / "cupy_rawkernel.py"),
+            str(CORPUS / "hacks" / "patch_torch.py"),
+            "--json",
+            "--static-only",
+        ]
+    )
+    verdicts = json.loads(out)
+    assert [v["verdict"] for v in verdicts] == ["accepted", "rejected"]
+    assert code == 1

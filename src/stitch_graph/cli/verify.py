@@ -1,4 +1,5 @@
-"""``stitch-graph verify PROBLEM.py CANDIDATE``: the Verifier's protocol for any KernelBench candidate.
+"""``stitch-graph verify PROBLEM.py CANDIDATE...``: the Verifier's protocol for any KernelBench
+candidate.
 
 The candidate is a ``ModelNew`` file written anywhere (CuPy raw kernels, ``load_inline``, a ctypes
 library built with nvcc) or a candidate folder in the project's own layout. The static hack checks
@@ -7,7 +8,8 @@ FP32 correctness on fresh draws, the dynamic checks (poisoned outputs, aliasing,
 timed stream) and timing against eager and ``torch.compile`` in the same run. Without a GPU the
 verdict is the static one, and it says that the rest needs a GPU.
 
-Exit status: 0 accepted, 1 rejected (a hack or a wrong result), 2 bad input.
+Exit status: 0 accepted, 1 rejected (a hack or a wrong result), 2 bad input; with several
+candidates, the worst of theirs.
 """
 
 from __future__ import annotations
@@ -243,13 +245,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
     )
     gpu = False if args.static_only else None
-    verdict = verify_files(args.problem, args.candidate, settings=settings, gpu=gpu)
+    verdicts = []
+    for candidate in args.candidates:
+        # one process-wide executor serves them all: the reference runs once (and is cached
+        # on disk), and each next worker is started while the current one runs
+        verdict = verify_files(args.problem, candidate, settings=settings, gpu=gpu)
+        verdicts.append(verdict)
+        if not args.json:
+            stream = sys.stderr if verdict.verdict == "bad_input" else sys.stdout
+            print(render(verdict), file=stream)
     if args.json:
-        print(json.dumps(verdict.model_dump(), indent=2, default=str))
-    else:
-        stream = sys.stderr if verdict.verdict == "bad_input" else sys.stdout
-        print(render(verdict), file=stream)
-    return verdict.exit_code
+        dumped = [v.model_dump() for v in verdicts]
+        print(json.dumps(dumped[0] if len(dumped) == 1 else dumped, indent=2, default=str))
+    return max(v.exit_code for v in verdicts)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -260,7 +268,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=cmd_verify.__doc__,
     )
     parser.add_argument("problem", help="KernelBench problem file (Model, get_inputs, ...)")
-    parser.add_argument("candidate", help="ModelNew .py file, or a candidate folder")
+    parser.add_argument(
+        "candidates",
+        nargs="+",
+        metavar="CANDIDATE",
+        help="ModelNew .py file, candidate folder or run folder; several share one reference "
+        "run and warm workers",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument("--static-only", action="store_true", help="skip the GPU even if present")
     parser.add_argument("--atol", type=float, default=1e-4)
