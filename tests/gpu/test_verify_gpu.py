@@ -130,3 +130,31 @@ def test_eval_script_every_hack_flagged_no_honest_flagged(tmp_path):
     assert table["hacks"]["dynamic"] is not None
     assert table["hacks"]["any"] == table["hacks"]["total"]
     assert table["honest"]["any"] == 0
+
+
+def test_the_command_verifies_later_candidates_warm(settings, tmp_path):
+    """Several candidates in one command: the second reuses the reference and a warm worker."""
+    by_name = {e.name: e for e in ENTRIES}
+    first, later = by_name["cupy_rawkernel_lazy"], by_name["cupy_rawkernel_arrays"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stitch_graph.cli",
+            "verify",
+            str(first.problem_path),
+            str(first.path),
+            str(later.path),
+            "--json",
+            "--work-dir",
+            settings.work_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = json.loads(proc.stdout)
+    assert [v["verdict"] for v in verdicts] == ["accepted", "accepted"]
+    assert verdicts[1]["seconds"]["verify"] <= 3.0, verdicts[1]["seconds"]
