@@ -49,3 +49,18 @@ def test_a_partial_program_that_only_compiled_is_partial_in_summary_and_result()
     assert result["speedup_vs_eager"] is None and result["speedup_vs_compile"] is None
     assert result["program"]["host_source"] == HOST
     assert result["files"] == {} and result["run_dir"] is None
+
+
+def test_write_run_from_what_invoke_returned(tmp_path):
+    from stitch_graph import write_run
+    from stitch_graph.agents.finalize import build_report, build_result
+
+    program = Candidate(kernel_source="// k", host_source="class ModelNew: ...")
+    state = {"task": Task(name="t", source="", inputs=[], outputs=[]), "last_compiled": program}
+    report = build_report(state)
+    output = {"report": report, "result": build_result(state, report)}  # no task, no state
+    files = write_run(output, tmp_path / "run")
+    assert files["program.cu"].read_text() == "// k"
+    assert files["host.py"].read_text() == "class ModelNew: ..."
+    assert "task=" in files["model_new.error.txt"].read_text()
+    assert (tmp_path / "run" / "report.md").read_text().startswith("# t: compiled_only")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stitch_graph.artifacts import Candidate
+from stitch_graph.artifacts import Candidate, Task
 
 __all__ = ["program_of", "render_markdown", "write_run"]
 
@@ -128,7 +128,7 @@ def program_of(state: dict[str, Any]) -> Candidate | None:
     return Candidate.model_validate(program) if program else None
 
 
-def write_run(state: Any, out_dir: str | Path) -> dict[str, Path]:
+def write_run(state: Any, out_dir: str | Path, *, task: Task | None = None) -> dict[str, Path]:
     """Write a finished run's program and reports into ``out_dir`` (created if missing).
 
     Args:
@@ -136,6 +136,8 @@ def write_run(state: Any, out_dir: str | Path) -> dict[str, Path]:
             what ``graph.invoke`` returned (then the plan and round tables are left out of
             ``report.md``, since the graph's output holds only the report and the result).
         out_dir: The run folder.
+        task: The problem, for ``model_new.py`` when ``state`` does not hold it (the output
+            of ``invoke`` does not).
 
     Returns:
         Each written file's name and path; empty when the state holds no report yet.
@@ -152,17 +154,24 @@ def write_run(state: Any, out_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     texts = {"report.json": report.model_dump_json(indent=1), "report.md": render_markdown(values)}
     program = program_of(values)
+    task = values.get("task") or task
     if program is not None:
         texts["program.cu"] = program.kernel_source
         texts["host.py"] = program.host_source
         if program.host_cpp:
             texts["host.cpp"] = program.host_cpp
-        try:
-            from stitch_graph.execution import export_kernelbench
+        if task is None:
+            texts["model_new.error.txt"] = (
+                "no model_new.py: the state holds no task; pass graph.get_state(config) or "
+                "write_run(..., task=task)\n"
+            )
+        else:
+            try:
+                from stitch_graph.execution import export_kernelbench
 
-            texts["model_new.py"] = export_kernelbench(program, values.get("task"))
-        except Exception as exc:  # export is a convenience; the program files are written
-            texts["model_new.error.txt"] = f"export failed: {exc}\n"
+                texts["model_new.py"] = export_kernelbench(program, task)
+            except Exception as exc:  # export is a convenience; the program files are written
+                texts["model_new.error.txt"] = f"export failed: {exc}\n"
     written = {}
     for name, text in texts.items():
         (out / name).write_text(text)
