@@ -53,7 +53,6 @@ def test_a_partial_program_that_only_compiled_is_partial_in_summary_and_result()
 
 def test_write_run_from_what_invoke_returned(tmp_path):
     from stitch_graph import write_run
-    from stitch_graph.agents.finalize import build_report, build_result
 
     program = Candidate(kernel_source="// k", host_source="class ModelNew: ...")
     state = {"task": Task(name="t", source="", inputs=[], outputs=[]), "last_compiled": program}
