@@ -169,3 +169,42 @@ def test_an_unreadable_cache_entry_misses(tmp_path):
     assert cache.get("abc") is None
     cache.put("abc", {"setting": {}})
     assert cache.get("abc") == {"setting": {}}
+
+
+class ColdThenFlat:
+    """A process whose first timing is cold (10 ms) and whose 1024-thread variant looks fast
+    only the first time it is timed: every later timing of any program is 1 ms."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seen_fast = False
+
+    def __call__(self, candidate) -> float:
+        self.calls += 1
+        if self.calls == 1:
+            return 10.0
+        if "__launch_bounds__(1024" in candidate.kernel_source and not self.seen_fast:
+            self.seen_fast = True
+            return 0.5
+        return 1.0
+
+
+def test_the_base_time_is_taken_warm_and_graph_replay_first(softmax_program):
+    task, ir, plan = softmax_program
+    _, report = autotune(ir, plan, task, ScriptedTimer({}), cache=None)
+    assert report.choices[0].item == "program"  # decided before any kernel
+    _, cold = autotune(ir, plan, task, ColdThenFlat(), cache=None)
+    assert cold.base_ms == 1.0  # the cold first timing does not count
+
+
+def test_a_choice_that_does_not_hold_up_when_timed_again_is_dropped(softmax_program, tmp_path):
+    task, ir, plan = softmax_program
+    cache = TuningCache(tmp_path)
+    tuning, report = autotune(ir, plan, task, ColdThenFlat(), cache=cache, device="G")
+    assert tuning == Tuning()
+    assert "untuned kept" in report.note
+    source = emit_candidate(ir, plan, tuning=tuning).kernel_source
+    assert "__launch_bounds__(1024" not in source
+    # the cache remembers the kept setting, not the one that did not hold up
+    again, _ = autotune(ir, plan, task, ScriptedTimer({}), cache=cache, device="G")
+    assert "__launch_bounds__(1024" not in emit_candidate(ir, plan, tuning=again).kernel_source

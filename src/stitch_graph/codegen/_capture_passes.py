@@ -7,6 +7,13 @@ operand's final layout.
 
 from __future__ import annotations
 
+import importlib
+import operator
+from typing import Any
+
+import torch
+
+from stitch_graph.codegen._capture_base import _to_meta
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, matrix_layout
 from stitch_graph.codegen.ops import lookup
 
@@ -26,7 +33,8 @@ _RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias o
 
 
 def _insert_copies(ir: ProgramIR) -> None:
-    """Give anchors that read strided views a contiguous copy (a pointwise ``copy`` node)."""
+    """Give anchors that read strided views a contiguous copy (a pointwise ``copy`` node), then
+    re-derive the strides of the views that now stand on a copy."""
     new_nodes: list[OpNode] = []
     for node in ir.nodes:
         info = lookup(node.op)
@@ -56,3 +64,56 @@ def _insert_copies(ir: ProgramIR) -> None:
                 node.call_args = [ref if a == src else a for a in node.call_args]
         new_nodes.append(node)
     ir.nodes = new_nodes
+    _relayout_views(ir)
+
+
+def _relayout_views(ir: ProgramIR) -> None:
+    """Replay every view on meta tensors of its operands' current layouts.
+
+    A view of a strided tensor keeps the traced strides; once its input is a contiguous copy, the
+    host applies the same view to the copy and gets other strides, which every kernel that reads
+    the view (and every view of it) must use.
+    """
+    metas: dict[Ref, Any] = {}
+
+    def meta(ref: Ref) -> Any:
+        if ref not in metas:
+            dtype = getattr(torch, ir.dtypes.get(ref, "float32"), torch.float32)
+            shape = ir.shapes[ref]
+            metas[ref] = torch.empty_strided(
+                shape, ir.strides.get(ref, contiguous_strides(shape)), dtype=dtype, device="meta"
+            )
+        return metas[ref]
+
+    for node in ir.nodes:
+        info = lookup(node.op)
+        if info is None or info.kind != "view":
+            continue
+        refs = [a for a in _flat(node.call_args) if isinstance(a, Ref) and a in ir.shapes]
+        try:
+            args = _to_meta(node.call_args, {r: meta(r) for r in refs})
+            kwargs = _to_meta(node.call_kwargs, {r: meta(r) for r in refs})
+            value = _call(node.call)(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a view that cannot be replayed keeps its layout
+            continue
+        ref = Ref("node", node.name)
+        if torch.is_tensor(value) and tuple(value.shape) == ir.shapes.get(ref):
+            ir.strides[ref] = tuple(value.stride())
+            metas[ref] = value
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _call(call: str) -> Any:
+    """The callable a view node's ``call`` names (``.view``, ``operator.getitem``, ``torch.x``)."""
+    if call.startswith("."):
+        method = call[1:]
+        return lambda self, *a, **k: getattr(self, method)(*a, **k)
+    if call == "operator.getitem":
+        return operator.getitem
+    module, _, name = call.rpartition(".")
+    return getattr(importlib.import_module(module), name)

@@ -6,8 +6,11 @@ another (coordinate descent): for each, every setting of its space (``codegen.sp
 as a whole program, settings that emit the same code are dropped unbuilt, and the rest are
 measured by a ``measure`` callable that returns milliseconds, or ``None`` for a program that
 fails to build, crashes or disagrees with the reference. A setting replaces the current one only
-when it is clearly faster (``min_gain``), so noise does not move the choice. Last, the program is
-timed with and without CUDA-graph replay.
+when it is clearly faster (``min_gain``), so noise does not move the choice. CUDA-graph replay is
+decided first: for a launch-bound program it is the largest choice, and a budget cut must not skip
+it. The first timing of a process pays for clocks ramping up and libraries loading, so the base
+program is timed once to warm up before its time counts. Last, the tuned program and the base are
+timed again in turns; unless the tuned one is still clearly faster, the base is kept (and cached).
 
 Choices are cached on disk (``TuningCache``) under a key of what determines them: the program
 text the kernel sits in (which holds its template and shapes), the task's input specs, the GPU and
@@ -133,10 +136,12 @@ def autotune(
         from the cache, nothing is measured.
     """
     started = clock()
-    tuner = _Tuner(ir, plan, measure, (tuning or Tuning()).model_copy(deep=True), min_gain)
+    original = (tuning or Tuning()).model_copy(deep=True)
+    tuner = _Tuner(ir, plan, measure, original.model_copy(deep=True), min_gain)
     report = TuningReport(device=device)
     kinds = {group.id: group.kind for group in groups_from_plan(ir, plan)}
-    for item, kind in [*((i.id, kinds[i.id]) for i in plan.items), (_PROGRAM, "cuda_graph")]:
+    timed: list[tuple[str, str]] = []  # (cache key, item) of the choices measured in this run
+    for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in plan.items)]:
         if clock() - started > budget_s:
             report.note = f"budget of {budget_s:.0f} s spent before {item}"
             break
@@ -156,7 +161,7 @@ def autotune(
                 cached=True,
             )
         else:
-            if tuner.current_ms() is None:
+            if not timed and tuner.warm_up() is None:
                 report.note = "the untuned program failed or was wrong; nothing tuned"
                 break
             base_ms = tuner.current_ms()
@@ -179,6 +184,7 @@ def autotune(
                 base_ms=base_ms,
                 best_ms=tuner.current_ms(),
             )
+            timed.append((key, item))
             if cache is not None:
                 cache.put(
                     key,
@@ -189,6 +195,14 @@ def autotune(
                     },
                 )
         report.choices.append(choice)
+    if timed and tuner.tuning != original and not tuner.confirm(original):
+        report.note = (report.note + "; " if report.note else "") + (
+            "timed again in turns, the tuned program was not clearly faster: untuned kept"
+        )
+        for choice in report.choices:
+            choice.setting, choice.best_ms = {}, choice.base_ms
+        for key, item in timed if cache is not None else ():
+            cache.put(key, {"setting": tuner.setting(item), "base_ms": None, "best_ms": None})
     measured = [c for c in report.choices if not c.cached]
     report.base_ms = measured[0].base_ms if measured else None
     report.best_ms = measured[-1].best_ms if measured else None
@@ -216,6 +230,31 @@ class _Tuner:
         if not self._measured:
             self._ms, self._measured = self.measure(self.program), True
         return self._ms
+
+    def warm_up(self) -> float | None:
+        """Time the current program twice and keep the second: the first pays for the
+        process's cold start. ``None`` when it fails."""
+        if self.measure(self.program) is None:
+            return None
+        self._measured = False
+        return self.current_ms()
+
+    def confirm(self, base: Tuning, turns: int = 2) -> bool:
+        """Time the tuned program and ``base``'s in turns; keep the tuned one only when the
+        median of its times is still faster by ``min_gain``, else go back to ``base``."""
+        base_program = emit_candidate(self.ir, self.plan, tuning=base)
+        tuned_ms: list[float] = []
+        base_ms: list[float] = []
+        for _ in range(turns):
+            for program, times in ((base_program, base_ms), (self.program, tuned_ms)):
+                ms = self.measure(program)
+                times.append(ms if ms is not None else float("inf"))
+        tuned, untuned = sorted(tuned_ms)[(turns - 1) // 2], sorted(base_ms)[(turns - 1) // 2]
+        if tuned < untuned * (1.0 - self.min_gain):
+            self._ms = tuned
+            return True
+        self.tuning, self.program, self._ms = base, base_program, untuned
+        return False
 
     def setting(self, item: str) -> dict[str, Any]:
         """The item's full setting (for the cache)."""
