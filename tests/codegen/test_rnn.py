@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+from stitch_graph.codegen import (
+    KernelTuning,
+    Tuning,
+    capture_program,
+    emit_candidate,
+    plan_program,
+)
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
@@ -72,13 +78,16 @@ CASES = {  # name: (problem, layers x directions)
 }
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused_step", "sgemm_step"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_rnn_matches_pytorch(name: str, tmp_path: Path) -> None:
+def test_rnn_matches_pytorch(name: str, fused: bool, tmp_path: Path) -> None:
     source, layers = CASES[name]
-    task, program = generate_checked(source)
+    task, program = generate_checked(source, Tuning(default=KernelTuning(fuse=fused)))
     assert not program.declared_torch_ops, program.notes
-    assert "_step(" in program.host_source and "for _t in range(" in program.host_source
-    kernels = check_on_cpu(task, program, tmp_path)
+    assert "_step(" in program.host_source
+    # fused: the hidden projection is computed in the step kernel, no SGEMM inside the loop
+    assert ("_sgemm(1, 0, " in program.host_source.split("for _")[-1]) != fused
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=fused)
     assert len([k for k in kernels.launched if k.endswith("_step")]) == 5 * layers  # 5 steps
 
 
@@ -114,4 +123,4 @@ def test_a_state_left_at_its_default_is_not_an_input(tmp_path: Path) -> None:
         "def forward(self, x)", "def forward(self, x, h0=None)")
     task, program = generate_checked(source)
     assert "def forward(self, x):" in program.host_source
-    check_on_cpu(task, program, tmp_path)
+    check_on_cpu(task, program, tmp_path, cooperative=True)

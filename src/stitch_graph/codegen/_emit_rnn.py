@@ -13,6 +13,7 @@ asks for CUDA-graph replay.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from stitch_graph.codegen._emit_base import _EmitterBase, _py
 from stitch_graph.codegen.ir import Group, Ref
@@ -22,10 +23,21 @@ _SIGMOID = "(1.f / (1.f + expf(-({}))))"
 _ELEMENTS = "  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < N; e += gridDim.x * blockDim.x) {"
 
 
-def _lstm_update(bias: bool) -> list[str]:
-    """Gate lines of one LSTM element: ``gr``/``qr`` are the step's projections of (b, t)."""
+def _q_global(k: int) -> str:
+    """The hidden projection of gate ``k`` from the step's SGEMM output."""
+    return f"qr[{k} * H + j]"
+
+
+def _q_shared(k: int) -> str:
+    """The hidden projection of gate ``k`` from the fused step's shared memory."""
+    return f"qs[(b * G + {k}) * JB + jj]"
+
+
+def _lstm_update(bias: bool, q: Any = _q_global) -> list[str]:
+    """Gate lines of one LSTM element: ``gr`` is the step's input projection of (b, t), ``q(k)``
+    its hidden projection."""
     def gate(k: int) -> str:
-        terms = [f"gr[{k} * H + j]", f"qr[{k} * H + j]"]
+        terms = [f"gr[{k} * H + j]", q(k)]
         if bias:
             terms += [f"bi[{k} * H + j]", f"bh[{k} * H + j]"]
         return " + ".join(terms)
@@ -41,11 +53,11 @@ def _lstm_update(bias: bool) -> list[str]:
     ]
 
 
-def _gru_update(bias: bool) -> list[str]:
+def _gru_update(bias: bool, q: Any = _q_global) -> list[str]:
     """Gate lines of one GRU element (``hp[e]`` is the previous hidden state)."""
     def part(k: int, source: str) -> str:
-        own = "bi" if source == "gr" else "bh"
-        return f"{source}[{k} * H + j]" + (f" + {own}[{k} * H + j]" if bias else "")
+        own, value = ("bi", f"gr[{k} * H + j]") if source == "gr" else ("bh", q(k))
+        return value + (f" + {own}[{k} * H + j]" if bias else "")
 
     return [
         f"const float rg = {_SIGMOID.format(part(0, 'gr') + ' + ' + part(0, 'qr'))};",
@@ -73,17 +85,14 @@ class _RnnEmitter(_EmitterBase):
         params: list[Ref] = list(node.args["params"])
         bias = bool(node.args.get("has_biases"))
         dirs = 2 if node.args.get("bidirectional") else 1
-        layers = int(node.args["num_layers"])
         batch_first = bool(node.args.get("batch_first"))
         xs = ir.shapes[x]
         steps, batch = (xs[1], xs[0]) if batch_first else (xs[0], xs[1])
         gates, hidden = ir.shapes[params[1]]  # weight_hh: (gates * H, H)
-        per = 4 if bias else 2
         n = batch * hidden
         block = min(max(tun.block_size, 32), 1024)
         grid = max(1, math.ceil(n / block))
         sb, st = (steps, 1) if batch_first else (1, batch)  # row of (b, t) = b * sb + t * st
-        name = node.name
         consts = [
             f"constexpr int H = {hidden}, GH = {gates}, N = {n}, DH = {dirs * hidden};",
             f"constexpr long long SB = {sb}, ST = {st};",
@@ -102,6 +111,11 @@ class _RnnEmitter(_EmitterBase):
             "  }",
             "}",
         ]
+        # one kernel a step where the hidden state fits in shared memory: each block multiplies
+        # it by its rows of W_hh (a warp a row, every batch row at once), then applies the gates
+        fused = tun.fuse and batch <= 32 and batch * hidden <= 8192
+        if fused:
+            return self._fused_rnn(node, kernel, init, consts, c_out, block)
         update = _lstm_update(bias) if lstm else _gru_update(bias)
         step = [
             f"// {node.op} time step: {batch} x {hidden} hidden units, one thread each",
@@ -127,6 +141,100 @@ class _RnnEmitter(_EmitterBase):
         ]
         self.kernels.append("\n".join(init))
         self.kernels.append("\n".join(step))
+        return self._rnn_host(node, kernel, grid, block, fused=False)
+
+    def _fused_rnn(
+        self, node: Any, kernel: str, init: list[str], consts: list[str], c_out: list[str],
+        block: int,
+    ) -> list[str]:
+        """The fused step kernel (hidden projection and gates) and its host loop."""
+        ir = self.ir
+        lstm = node.op == "lstm"
+        bias = bool(node.args.get("has_biases"))
+        xs = ir.shapes[node.args["input"]]
+        batch = xs[0] if node.args.get("batch_first") else xs[1]
+        gates_h, hidden = ir.shapes[node.args["params"][1]]
+        gates = gates_h // hidden
+        per_block = max(1, math.ceil(hidden / 128))  # hidden units a block: about 128 blocks
+        grid = math.ceil(hidden / per_block)
+        warps = block // 32
+        q = _q_shared
+        update = _lstm_update(bias, q) if lstm else _gru_update(bias, q)
+        step = [
+            f"// {node.op} time step, fused: {batch} x {hidden} hidden units, {per_block} a block",
+            _head(block, f"{kernel}_step", [
+                "const float* __restrict__ gx", "const float* __restrict__ whh",
+                *(["const float* __restrict__ bi", "const float* __restrict__ bh"] if bias else []),
+                "const float* __restrict__ hp", "float* __restrict__ hq", *c_out,
+                "float* __restrict__ hn", "float* __restrict__ y", "int t", "int s", "int d",
+            ]),
+            *(f"  {line}" for line in consts),
+            f"  constexpr int B = {batch}, G = {gates}, JB = {per_block};",
+            "  __shared__ float hs[B * H];",
+            "  __shared__ float qs[B * G * JB];",
+            "  const long long slot = (long long)s * N;",
+            "  const int j0 = blockIdx.x * JB;",
+            f"  for (int e = threadIdx.x; e < B * H; e += {block}) hs[e] = hp[e];",
+            "  __syncthreads();",
+            "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;",
+            f"  for (int r = warp; r < G * JB; r += {warps}) {{",
+            "    const int k = r / JB, jj = r % JB;",
+            "    float acc[B];",
+            "#pragma unroll",
+            "    for (int b = 0; b < B; ++b) acc[b] = 0.f;",
+            "    if (j0 + jj < H) {",
+            "      const float* w = whh + (long long)(k * H + j0 + jj) * H;",
+            "      for (int i = lane; i < H; i += 32) {",
+            "        const float wv = w[i];",
+            "#pragma unroll",
+            "        for (int b = 0; b < B; ++b) acc[b] += wv * hs[b * H + i];",
+            "      }",
+            "    }",
+            "#pragma unroll",
+            "    for (int b = 0; b < B; ++b) {",
+            "      float v = acc[b];",
+            "      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(SG_FULL, v, o);",
+            "      if (lane == 0) qs[(b * G + k) * JB + jj] = v;",
+            "    }",
+            "  }",
+            "  __syncthreads();",
+            f"  for (int u = threadIdx.x; u < B * JB; u += {block}) {{",
+            "    const int b = u / JB, jj = u % JB, j = j0 + jj;",
+            "    if (j >= H) continue;",
+            "    const int e = b * H + j;",
+            "    const long long row = b * SB + t * ST;",
+            "    const float* gr = gx + row * GH;",
+            *(f"    {line}" for line in update),
+            "    hq[e] = hv;",
+            "    hn[slot + e] = hv;",
+            "    y[row * DH + d * H + j] = hv;",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(init))
+        self.kernels.append("\n".join(step))
+        return self._rnn_host(node, kernel, grid, block, fused=True)
+
+    def _rnn_host(
+        self, node: Any, kernel: str, grid: int, block: int, *, fused: bool
+    ) -> list[str]:
+        """Host lines: state buffers, then per layer and direction the input projection and
+        the step loop (an SGEMM and the gate kernel a step, or the fused kernel alone)."""
+        ir = self.ir
+        name = node.name
+        lstm = node.op == "lstm"
+        x: Ref = node.args["input"]
+        hx = node.args["hx"]
+        h0, c0 = (hx[0], hx[1]) if lstm else (hx if isinstance(hx, Ref) else hx[0], None)
+        params: list[Ref] = list(node.args["params"])
+        bias = bool(node.args.get("has_biases"))
+        dirs = 2 if node.args.get("bidirectional") else 1
+        layers = int(node.args["num_layers"])
+        xs = ir.shapes[x]
+        steps, batch = (xs[1], xs[0]) if node.args.get("batch_first") else (xs[0], xs[1])
+        gates, hidden = ir.shapes[params[1]]
+        per = 4 if bias else 2
+        init_grid = max(1, math.ceil(batch * hidden / block))
         rows = steps * batch
         dev = "device=_dev, dtype=torch.float32"
         state = [f"{name}_h = torch.empty({[layers * dirs, batch, hidden]}, {dev})"]
@@ -137,8 +245,9 @@ class _RnnEmitter(_EmitterBase):
             f"hidden {hidden}; cuBLAS for the projections, {kernel}_step for the gates",
             *state,
             f"{name}_hp = torch.empty({[batch, hidden]}, {dev})",
+            *([f"{name}_hb = ({name}_hp, torch.empty({[batch, hidden]}, {dev}))"] if fused else []),
             f"{name}_g = torch.empty({[rows, gates]}, {dev})",
-            f"{name}_q = torch.empty({[batch, gates]}, {dev})",
+            *([] if fused else [f"{name}_q = torch.empty({[batch, gates]}, {dev})"]),
         ]
         c_arg = f"{name}_c, " if lstm else ""
         source = _py(x)
@@ -152,11 +261,21 @@ class _RnnEmitter(_EmitterBase):
                 biases = f"{b[0]}, {b[1]}, " if bias else ""
                 order = f"range({steps - 1}, -1, -1)" if d else f"range({steps})"
                 lines += [
-                    f"KERNELS.{kernel}_init({grid}, {block}, {_py(h0)}, "
+                    f"KERNELS.{kernel}_init({init_grid}, {block}, {_py(h0)}, "
                     + (f"{_py(c0)}, " if lstm else "")
                     + f"{name}_hp, {name}_h, {c_arg}{slot})",
                     f"_sgemm(1, 0, {gates}, {rows}, {width}, {w_ih}, {width}, 0, {source}, "
                     f"{width}, 0, {name}_g, {gates}, {rows * gates}, 1)",
+                ]
+                if fused:  # the state alternates between two buffers, step by step
+                    lines += [
+                        f"for _i, _t in enumerate({order}):",
+                        f"    KERNELS.{kernel}_step({grid}, {block}, {name}_g, {w_hh}, {biases}"
+                        f"{name}_hb[_i % 2], {name}_hb[1 - _i % 2], {c_arg}{name}_h, {out}, "
+                        f"_t, {slot}, {d})",
+                    ]
+                    continue
+                lines += [
                     f"for _t in {order}:",
                     f"    _sgemm(1, 0, {gates}, {batch}, {hidden}, {w_hh}, {hidden}, 0, "
                     f"{name}_hp, {hidden}, 0, {name}_q, {gates}, {batch * gates}, 1)",

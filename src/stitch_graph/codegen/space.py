@@ -56,7 +56,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     "gemm": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
     "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}, {"vector_width": 1}],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
-    "rnn": [{"block_size": b} for b in _BLOCKS],
+    "rnn": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
 }
 
 # Bottleneck class (as the Verifier names it) -> the knobs whose settings come first.
