@@ -13,6 +13,7 @@ from typing import Any
 from stitch_graph.codegen._emit_base import (
     _CTYPE,
     _MAX_GRID,
+    _SMS,
     _TORCH_DTYPE,
     _aligned_launch,
     _Args,
@@ -20,6 +21,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
+from stitch_graph.codegen._emit_reduce import _two_stage_launch
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -363,7 +365,14 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 rows, length = c, n * hw
                 offset = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}"
                 affine_idx = "r"
-        cached = self._row_cached(g, kernel, tun, rows, length, offset, affine_idx, eps, index)
+        split = tun.split_reduction
+        if split is None:  # too few rows to fill the GPU, and long enough to cut into chunks
+            split = rows < 2 * _SMS and length >= 65536
+        cached = (
+            None
+            if split
+            else self._row_cached(g, kernel, tun, rows, length, offset, affine_idx, eps, index)
+        )
         if cached is not None:
             return cached
         # rows too long for registers: statistics pass, then a write pass that reads the row again
@@ -410,6 +419,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
         post = [f"const float v_{node.name} = {y};"]
         post += self.exprs(g.epilogue, shape, "i", env2, args)
         result = env2[out.name]
+        if split:
+            loops = _SplitRowLoops(rows, length, block, index, offset, acc)
+            return self._split_row_op(g, kernel, loops, args, pre, update, stats, post, result)
         if mode == "warp":
             warps = block // 32
             row_loop = (
@@ -449,3 +461,91 @@ class _SoftmaxNormEmitter(_EmitterBase):
             "}",
         ]
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
+
+    def _split_row_op(
+        self,
+        g: Group,
+        kernel: str,
+        loops: _SplitRowLoops,
+        args: _Args,
+        pre: list[str],
+        update: str,
+        stats: list[str],
+        post: list[str],
+        result: str,
+    ) -> list[str]:
+        """A row op over few long rows in two kernels, each with ``splits`` blocks a row:
+        ``<kernel>_part`` writes each chunk's statistics, ``<kernel>`` combines its row's and
+        writes its chunk."""
+        out = self.ir.node(g.output)
+        otype = _CTYPE.get(out.dtype, "float")
+        part = [
+            f"// stage 1: statistics of {loops.rows} row(s) x {loops.splits} chunk(s) of "
+            f"{loops.chunk}",
+            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}_part('
+            f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
+            *loops.head(),
+            "#pragma unroll 4",
+            loops.chunk_loop(),
+            *(f"    {line}" for line in pre),
+            f"    {update}",
+            "  }",
+            "  acc = sg_block_reduce(acc);",
+            f"  if (threadIdx.x == 0) reinterpret_cast<{loops.acc}*>(ws)[blockIdx.x] = acc;",
+            "}",
+        ]
+        write = [
+            "// stage 2: the row's statistics from its chunks, then this chunk written",
+            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}('
+            f"{args.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+            *loops.head(),
+            f"  const {loops.acc}* parts = reinterpret_cast<const {loops.acc}*>(ws) + r * "
+            f"{loops.splits};",
+            f"  for (int j = threadIdx.x; j < {loops.splits}; j += {loops.block}) "
+            "acc.combine(parts[j]);",
+            "  acc = sg_block_reduce(acc);",
+            *(f"  {line}" for line in stats),
+            loops.chunk_loop(),
+            *(f"    {line}" for line in pre),
+            *(f"    {line}" for line in post),
+            f"    out[i] = {result};",
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(part))
+        self.kernels.append("\n".join(write))
+        blocks = loops.rows * loops.splits
+        launch = (blocks, loops.block)
+        return _two_stage_launch(g, kernel, out, args, args, blocks, launch, launch)
+
+
+class _SplitRowLoops:
+    """Launch shape and loop lines of a split row op: enough blocks for two waves of resident
+    threads, chunks of at least eight elements a thread."""
+
+    def __init__(
+        self, rows: int, length: int, block: int, index: str, offset: str, acc: str
+    ) -> None:
+        self.rows, self.length, self.block, self.index = rows, length, block, index
+        self.offset, self.acc = offset, acc
+        waves = math.ceil(2 * _SMS * 2048 / (block * rows))
+        self.splits = max(2, min(1024, waves, math.ceil(length / (block * 8))))
+        self.chunk = math.ceil(length / self.splits)
+
+    def head(self) -> list[str]:
+        """Row and chunk of this block, and an empty accumulator."""
+        ix = self.index
+        return [
+            f"  const {ix} r = blockIdx.x / {self.splits};",
+            f"  const {ix} s = blockIdx.x % {self.splits};",
+            f"  const {ix} end = min(({ix})((s + 1) * {self.chunk}), ({ix}){self.length});",
+            f"  {self.acc} acc = {self.acc}::init();",
+        ]
+
+    def chunk_loop(self) -> str:
+        """The loop over the block's chunk of row ``r``, with ``i`` the element's offset."""
+        ix = self.index
+        return (
+            f"  for ({ix} k = s * {self.chunk} + threadIdx.x; k < end; k += {self.block}) {{\n"
+            f"    const {ix} i = {self.offset};"
+        )

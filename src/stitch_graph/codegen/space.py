@@ -40,11 +40,15 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     "softmax": [
         *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
         *({"rows_per_block": r} for r in (2, 4, 8)),
+        {"split_reduction": True},
+        {"split_reduction": False},
         {"vector_width": 1},
     ],
     "norm": [
         *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
         *({"rows_per_block": r} for r in (2, 4, 8)),
+        {"split_reduction": True},
+        {"split_reduction": False},
         {"vector_width": 1},
     ],
     "conv": [
