@@ -35,6 +35,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"rows_per_block": r} for r in (2, 4, 8)),
         {"split_reduction": True},
         {"split_reduction": False},
+        *({"unroll": u} for u in (4, 8)),  # more loads in flight on long rows
         {"vector_width": 1},
     ],
     "softmax": [
@@ -42,6 +43,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"rows_per_block": r} for r in (2, 4, 8)),
         {"split_reduction": True},
         {"split_reduction": False},
+        *({"unroll": u} for u in (4, 8)),  # more loads in flight on long rows
         {"vector_width": 1},
     ],
     "norm": [
@@ -49,6 +51,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"rows_per_block": r} for r in (2, 4, 8)),
         {"split_reduction": True},
         {"split_reduction": False},
+        *({"unroll": u} for u in (4, 8)),  # more loads in flight on long rows
         {"vector_width": 1},
     ],
     "conv": [
