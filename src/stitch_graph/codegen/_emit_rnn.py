@@ -67,6 +67,19 @@ def _gru_update(bias: bool, q: Any = _q_global) -> list[str]:
     ]
 
 
+def _gates_and_writes(update: list[str], state: str) -> list[str]:
+    """Loop-body lines for element ``e`` (batch row ``b``, hidden unit ``j``) of step ``t``: the
+    gates, then the new hidden value into ``state``, the layer's last state and the output."""
+    return [
+        "    const long long row = b * SB + t * ST;",
+        "    const float* gr = gx + row * GH;",
+        *(f"    {line}" for line in update),
+        f"    {state}[e] = hv;",
+        "    hn[slot + e] = hv;",
+        "    y[row * DH + d * H + j] = hv;",
+    ]
+
+
 def _head(block: int, name: str, params: list[str]) -> str:
     """The opening line of a launchable kernel."""
     return f'extern "C" __global__ __launch_bounds__({block}) void {name}({", ".join(params)}) {{'
@@ -129,13 +142,8 @@ class _RnnEmitter(_EmitterBase):
             "  const long long slot = (long long)s * N;",
             _ELEMENTS,
             "    const int b = e / H, j = e % H;",
-            "    const long long row = b * SB + t * ST;",
-            "    const float* gr = gx + row * GH;",
             "    const float* qr = gh + (long long)b * GH;",
-            *(f"    {line}" for line in update),
-            "    hp[e] = hv;",
-            "    hn[slot + e] = hv;",
-            "    y[row * DH + d * H + j] = hv;",
+            *_gates_and_writes(update, "hp"),
             "  }",
             "}",
         ]
@@ -202,12 +210,7 @@ class _RnnEmitter(_EmitterBase):
             "    const int b = u / JB, jj = u % JB, j = j0 + jj;",
             "    if (j >= H) continue;",
             "    const int e = b * H + j;",
-            "    const long long row = b * SB + t * ST;",
-            "    const float* gr = gx + row * GH;",
-            *(f"    {line}" for line in update),
-            "    hq[e] = hv;",
-            "    hn[slot + e] = hv;",
-            "    y[row * DH + d * H + j] = hv;",
+            *_gates_and_writes(update, "hq"),
             "  }",
             "}",
         ]
