@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"runtime", "toolchain", "shapes"},
     {"checks", "task", "codegen", "knowledge"},
     {"execution", "reward"},
+    {"bench"},
     {"agents"},
     {"graph"},
     {"cli"},

@@ -381,10 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--mode", default="hybrid", choices=["hybrid", "dense", "keyword"])
     kn.set_defaults(func=cmd_knowledge)
 
-    from stitch_graph.cli import export_data, verify
+    from stitch_graph.cli import bench, export_data, verify
 
     verify.add_parser(sub)
     export_data.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

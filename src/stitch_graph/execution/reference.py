@@ -5,7 +5,9 @@ torch at import, or reads the reference's memory, must not be able to change wha
 against. A reference worker seeds before building ``Model`` and before each input draw, draws
 ``correctness_trials`` fresh inputs from the problem's own ``get_inputs()`` (refusing constant
 draws), runs the model with TF32 off unless allowed, saves inputs, outputs and the ``state_dict``,
-and times eager and ``torch.compile`` (default mode) on the same inputs. The result is cached on
+and times eager and ``torch.compile`` (default mode) on the same inputs; ``reduce_overhead`` and
+``default_flags_eager`` in the payload (off unless asked, as for the benchmark's baselines) add
+``torch.compile(mode="reduce-overhead")`` and eager under PyTorch's default precision flags. The result is cached on
 disk per (task digest, device, settings) so every candidate of a run is compared with the same one.
 """
 
@@ -179,7 +181,62 @@ def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any])
             except Exception as exc:  # noqa: BLE001 - a compile failure is a finding, not fatal
                 out["compile_ms"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        if payload.get("reduce_overhead", False):
+            out.update(_time_reduce_overhead(model, args, rotate, flush, warmup, runs))
+        if payload.get("default_flags_eager", False):
+            out.update(_time_default_flags(model, args, rotate, flush, warmup, runs, payload))
     return out
+
+
+def _time_reduce_overhead(
+    model: Any, args: list[Any], rotate: Any, flush: Any, warmup: int, runs: int
+) -> dict[str, Any]:
+    """``torch.compile(mode="reduce-overhead")`` (CUDA graphs), timed like the other sides."""
+    import torch
+
+    from stitch_graph.execution.timing import time_cuda
+
+    try:
+        compiled = torch.compile(model, mode="reduce-overhead")
+        stats = time_cuda(
+            lambda: compiled(*args),
+            warmup=max(warmup, 3),
+            runs=runs,
+            before_each=rotate,
+            flush_buffer=flush,
+        )
+    except Exception as exc:  # noqa: BLE001 - a baseline that fails is a blank cell
+        return {
+            "reduce_overhead_ms": None,
+            "reduce_overhead_error": f"{type(exc).__name__}: {exc}"[:500],
+        }
+    return {"reduce_overhead_ms": stats["median_ms"], "reduce_overhead": stats}
+
+
+def _time_default_flags(
+    model: Any,
+    args: list[Any],
+    rotate: Any,
+    flush: Any,
+    warmup: int,
+    runs: int,
+    payload: dict[str, Any],
+) -> dict[str, Any]:
+    """Eager under PyTorch's default precision flags (cuDNN may use TF32, matmul may not):
+    what users run when they set nothing, labelled apart from the true-FP32 sides."""
+    import torch
+
+    from stitch_graph.execution.timing import time_cuda
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        stats = time_cuda(
+            lambda: model(*args), warmup=warmup, runs=runs, before_each=rotate, flush_buffer=flush
+        )
+    finally:
+        set_tf32(bool(payload.get("allow_tf32", False)))
+    return {"eager_default_flags_ms": stats["median_ms"], "eager_default_flags": stats}
 
 
 # ------------------------------------------------------------------------------------------

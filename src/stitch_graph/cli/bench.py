@@ -1,0 +1,425 @@
+"""``stitch-graph bench SUITE``: the graph (or given candidates) over a whole suite, with reports.
+
+SUITE is a folder of KernelBench-format problems (a KernelBench level folder, a folder of levels,
+or the project's ``problems/``), searched recursively. For each problem the command runs the graph
+with the chosen agents (rule-based by default), or with ``--candidates DIR`` only checks the
+candidate found there for it with the ``verify`` protocol; then, on a GPU, it times the baselines
+(eager in FP32 and under PyTorch's default flags, ``torch.compile`` default and reduce-overhead).
+
+Each finished problem is one line of ``OUT/rows.jsonl``, written durably before the next starts,
+so the same command run again continues a killed sweep where it stopped (``--rerun-errors`` also
+retries the problems that ended in an error). ``OUT/bench.json``, ``OUT/bench.csv`` and
+``OUT/report.html`` are rewritten after every problem. ``--ray ADDRESS`` sends every evaluation to
+a Ray cluster, one GPU each, and runs as many problems at once as the cluster has GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "cmd_bench", "find_candidate"]
+
+
+def _model(name: str | None, base_url: str | None) -> Any:
+    if name is None or name == "rules":
+        return None
+    if base_url is None:
+        return name
+    from langchain_openai import ChatOpenAI
+
+    model = name.split(":", 1)[1] if name.startswith("openai:") else name
+    return ChatOpenAI(
+        model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "none")
+    )
+
+
+def _context(args: argparse.Namespace, out: Path) -> Any:
+    from stitch_graph.agents.context import StitchContext
+
+    def pick(role: str) -> Any:
+        return _model(getattr(args, f"{role}_model") or args.model, args.base_url)
+
+    return StitchContext(
+        planner_model=pick("planner"),
+        coder_model=pick("coder"),
+        verifier_model=pick("verifier"),
+        structured_output_method=args.structured_method,
+        max_rounds=args.max_rounds,
+        wall_time_s=args.wall_time,
+        gpu_arch=args.arch,
+        profile=not args.no_profile,
+        use_knowledge=not args.no_knowledge,
+        timeout_s=args.timeout,
+        work_dir=str(out / "work"),
+    )
+
+
+def _bad_model(ctx: Any) -> str | None:
+    from stitch_graph.agents.llm import resolve_model
+
+    for role in ("planner", "coder", "verifier"):
+        spec = getattr(ctx, f"{role}_model")
+        try:
+            resolve_model(spec)
+        except ValueError as exc:
+            return (
+                f"cannot use the {role} model {spec}: {str(exc).splitlines()[0]}. Fix: name it "
+                "provider:model with its package installed and its API key set, or leave the "
+                "model options out for the rule-based agents."
+            )
+    return None
+
+
+def find_candidate(folder: Path, problem: str) -> Path | None:
+    """The candidate for ``problem`` (relative to the suite) in ``folder``, or None.
+
+    Looked up as ``folder/PROBLEM`` (a ModelNew file), ``folder/PROBLEM-without-.py`` (a candidate
+    or run folder), then the same by file name alone.
+    """
+    rel = Path(problem)
+    for path in (folder / rel, folder / rel.with_suffix(""), folder / rel.name, folder / rel.stem):
+        if path.exists():
+            return path
+    return None
+
+
+def _run_graph(path: Path, problem: str, ctx: Any, host: str) -> dict[str, Any]:
+    from stitch_graph.bench import row_from_report
+    from stitch_graph.graph import create_stitch_graph
+    from stitch_graph.graph.checkpoint import memory_checkpointer
+    from stitch_graph.task import load_task
+
+    started = time.monotonic()
+    task = load_task(str(path))
+    graph = create_stitch_graph(checkpointer=memory_checkpointer())
+    config = {"configurable": {"thread_id": problem}, "recursion_limit": 500}
+    graph.invoke({"task": task, "problem_path": str(path)}, config, context=ctx)
+    values = graph.get_state(config).values
+    report = values.get("report")
+    if report is None:
+        msg = "the run ended without a report"
+        raise RuntimeError(msg)
+    return row_from_report(
+        problem,
+        report,
+        list(values.get("history", [])),
+        seconds=time.monotonic() - started,
+        host=host,
+    )
+
+
+def _run_candidate(
+    path: Path, problem: str, folder: Path, settings: Any, executor: Any, host: str
+) -> dict[str, Any]:
+    from stitch_graph.bench import group_of, row_from_verdict
+    from stitch_graph.cli.verify import verify_files
+
+    candidate = find_candidate(folder, problem)
+    if candidate is None:
+        return {
+            "problem": problem,
+            "group": group_of(problem),
+            "mode": "candidates",
+            "outcome": "missing",
+            "correct": False,
+            "host": host,
+            "error": f"no candidate for {problem} in {folder} (looked for {problem}, its folder, "
+            "and the same by file name)",
+        }
+    started = time.monotonic()
+    verdict = verify_files(path, candidate, settings=settings, executor=executor)
+    return row_from_verdict(
+        problem, verdict.model_dump(), seconds=time.monotonic() - started, host=host
+    )
+
+
+class _Sweep:
+    """One sweep's shared state: options, executor, row store and placement records."""
+
+    def __init__(self, args: argparse.Namespace, executor: Any, ctx: Any, settings: Any) -> None:
+        from stitch_graph.bench import RowStore, machine_info
+        from stitch_graph.execution import gpu_available
+
+        self.args = args
+        self.executor = executor
+        self.ctx = ctx
+        self.settings = settings
+        self.machine = machine_info()
+        self.gpu = gpu_available()
+        self.store = RowStore(Path(args.out), self.machine)
+        self.records: list[Any] = []
+        self.lock = threading.Lock()
+
+    def one(self, path: Path, problem: str) -> dict[str, Any]:
+        """The row of one problem; whatever goes wrong becomes an error row."""
+        from stitch_graph.bench import add_speedups, group_of, time_baselines
+        from stitch_graph.execution.placement import RecordingExecutor, RunnerOn
+        from stitch_graph.task import load_task
+
+        mine: list[Any] = []
+        recorded = RecordingExecutor(self.executor, tag=problem, records=mine)
+        host = self.machine["host"]
+        try:
+            if self.args.candidates:
+                row = _run_candidate(
+                    path, problem, Path(self.args.candidates), self.settings, recorded, host
+                )
+            else:
+                ctx = dataclasses.replace(self.ctx, executor=RunnerOn(recorded))
+                row = _run_graph(path, problem, ctx, host)
+            if self.gpu and not self.args.no_baselines and row.get("outcome") != "missing":
+                row.update(time_baselines(load_task(str(path)), self.settings, executor=recorded))
+        except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
+            row = {
+                "problem": problem,
+                "group": group_of(problem),
+                "outcome": "error",
+                "correct": False,
+                "host": host,
+                "error": f"{type(exc).__name__}: {str(exc)[:500]}",
+            }
+        for key in ("eager", "compile"):  # no baseline job: the Verifier's in-run figures
+            if row.get(f"{key}_ms") is None and row.get(f"verifier_{key}_ms"):
+                row[f"{key}_ms"] = row[f"verifier_{key}_ms"]
+        row["placement"] = [r.model_dump() for r in mine]
+        row["finished"] = time.time()
+        with self.lock:
+            self.records.extend(mine)
+            self.store.add(add_speedups(row))
+            self.write()
+        return row
+
+    def summary(self) -> dict[str, Any]:
+        """The summary, with the notes a reader needs (machine change, GPUs shared)."""
+        from stitch_graph.bench import summarize
+        from stitch_graph.execution.placement import Placement, shared_gpu_overlaps
+
+        summary = summarize(self.store.rows, gpu=self.gpu or None)
+        notes = []
+        change = self.store.machine_change()
+        if change:
+            notes.append(change)
+        records = [Placement(**p) for r in self.store.rows for p in r.get("placement", [])]
+        overlaps = shared_gpu_overlaps(records)
+        summary["gpu_overlaps"] = len(overlaps)
+        if overlaps:
+            first, second = overlaps[0]
+            notes.append(
+                f"{len(overlaps)} pairs of jobs shared a GPU at once (first: {first.tag} "
+                f"{first.kind} and {second.tag} {second.kind} on {first.node} GPU {first.gpu}); "
+                "their timings are not trustworthy: rerun them with one job per GPU"
+            )
+        summary["notes"] = notes
+        return summary
+
+    def write(self) -> dict[str, Path]:
+        """Rewrite the JSON, CSV and HTML reports from the rows so far."""
+        from stitch_graph.bench import write_reports
+
+        rows = sorted(self.store.rows, key=lambda r: r["problem"])
+        return write_reports(Path(self.args.out), rows, self.summary(), self.machine)
+
+
+def _print_summary(console: Any, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from stitch_graph.bench import BASELINES
+
+    table = Table(title="bench summary (fast_1: against eager; gm: geometric mean)")
+    short = {"eager": "eager", "eager_default_flags": "eager-tf32", "compile": "compile"}
+    for column in ["group", "n", "ok", "success", "fast_1"]:
+        table.add_column(column)
+    for baseline in BASELINES:
+        table.add_column(f"gm {short.get(baseline, 'reduce-oh')}")
+
+    def cell(value: Any) -> str:
+        return (
+            "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
+        )
+
+    for name, s in [*summary["groups"].items(), ("ALL", summary["all"])]:
+        table.add_row(
+            name,
+            str(s["problems"]),
+            str(s["correct"]),
+            cell(s["success_rate"]),
+            cell(s["fast_p"]["eager"]["1"]),
+            *[cell(s["geomean"][b]) for b in BASELINES],
+        )
+    console.print(table)
+    for note in [*summary.get("notes", []), summary.get("note") or ""]:
+        if note:
+            console.print(note, markup=False, highlight=False)
+
+
+def _executor(args: argparse.Namespace) -> tuple[Any, int]:
+    """The executor and how many problems to run at once."""
+    if args.ray:
+        from stitch_graph.execution.ray_executor import RayExecutor
+
+        executor = RayExecutor(args.ray)
+        slots = executor.gpu_slots() or int(executor.resources().get("CPU", 1))
+        return executor, args.jobs or max(1, slots)
+    from stitch_graph.execution import LocalGPUExecutor
+
+    executor = LocalGPUExecutor()
+    return executor, args.jobs or max(1, len(executor.gpus))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the graph (or check given candidates) on every problem of SUITE; write the reports."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from stitch_graph.bench import find_problems
+    from stitch_graph.execution.settings import RunSettings
+
+    console = Console(stderr=True, highlight=False)
+    suite = Path(args.suite)
+    if not suite.is_dir():
+        print(
+            f"cannot bench {suite}: not a folder. Fix: pass a folder of KernelBench problem "
+            "files (a KernelBench level folder or problems/)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.candidates and not Path(args.candidates).is_dir():
+        print(f"--candidates {args.candidates}: not a folder of candidates", file=sys.stderr)
+        return 2
+    args.out = args.out or str(Path("bench") / suite.resolve().name)
+    paths = find_problems(suite, args.only)
+    if not paths:
+        print(f"no problem files (*.py) under {suite}", file=sys.stderr)
+        return 2
+    ctx = None if args.candidates else _context(args, Path(args.out))
+    if ctx is not None and (message := _bad_model(ctx)):
+        print(message, file=sys.stderr)
+        return 2
+    settings = RunSettings(
+        timeout_s=args.timeout, gpu_arch=args.arch, work_dir=str(Path(args.out) / "work")
+    )
+    if ctx is not None:
+        settings = RunSettings.from_context(ctx)
+    if args.report_only:
+        sweep = _Sweep(args, None, ctx, settings)
+        files = sweep.write()
+        _print_summary(console, sweep.summary())
+        print(f"reports: {', '.join(str(p) for p in files.values())}")
+        return 0
+    executor, jobs = _executor(args)
+    pool: ThreadPoolExecutor | None = None
+    try:
+        sweep = _Sweep(args, executor, ctx, settings)
+        if change := sweep.store.machine_change():
+            console.print(change, markup=False)
+        done = sweep.store.done(retry_errors=args.rerun_errors)
+        todo = [(p, str(p.relative_to(suite))) for p in paths]
+        todo = [(p, name) for p, name in todo if name not in done]
+        console.print(
+            f"{len(paths)} problems, {len(paths) - len(todo)} already done; running {len(todo)}"
+            f" ({jobs} at a time) -> {Path(args.out).resolve()}"
+            + ("" if sweep.gpu else " [no GPU: programs are built, not checked or timed]"),
+            markup=False,
+        )
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="stitch-bench")
+        columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task("bench", total=len(todo))
+            futures = {pool.submit(sweep.one, p, name): name for p, name in todo}
+            for future in as_completed(futures):
+                row = future.result()
+                speed = row.get("vs_eager")
+                progress.console.print(
+                    f"{row['problem']}: {row['outcome']}"
+                    + (f", {speed:.2f}x eager" if speed else "")
+                    + (f" ({row['error'][:120]})" if row.get("error") else ""),
+                    markup=False,
+                )
+                progress.advance(bar)
+        pool.shutdown()
+        files = sweep.write()
+    except KeyboardInterrupt:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        print(
+            f"interrupted: the finished rows are in {Path(args.out) / 'rows.jsonl'}; run the same "
+            "command again to continue",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        executor.shutdown()
+    _print_summary(console, sweep.summary())
+    print(f"reports: {', '.join(str(p) for p in files.values())}")
+    return 0
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``bench`` on the ``stitch-graph`` sub-command parsers."""
+    parser = sub.add_parser(
+        "bench",
+        help="run the graph (or check candidates) over a suite; JSON, CSV and HTML reports",
+        description=cmd_bench.__doc__,
+    )
+    parser.add_argument("suite", help="folder of KernelBench problem files (searched recursively)")
+    parser.add_argument("--out", help="output folder (default: bench/<suite folder name>)")
+    parser.add_argument(
+        "--only", action="append", help="only problems whose path contains this (repeatable)"
+    )
+    parser.add_argument(
+        "--candidates",
+        metavar="DIR",
+        help="check the candidates in DIR (PROBLEM's relative path, as a file or folder) "
+        "with the verify protocol instead of running the graph",
+    )
+    parser.add_argument(
+        "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
+    )
+    for role in ("planner", "coder", "verifier"):
+        parser.add_argument(
+            f"--{role}-model", help=f"chat model for the {role} only ('rules': rule-based)"
+        )
+    parser.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
+    parser.add_argument(
+        "--structured-method",
+        default="function_calling",
+        choices=["function_calling", "json_schema", "json_mode"],
+    )
+    parser.add_argument("--max-rounds", type=int, default=6)
+    parser.add_argument("--wall-time", type=float, default=1800.0, help="seconds per problem")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
+    parser.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
+    parser.add_argument("--no-profile", action="store_true", help="skip ncu profiling")
+    parser.add_argument("--no-knowledge", action="store_true", help="skip knowledge-index advice")
+    parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="skip the baseline worker (reduce-overhead and default-flags eager stay blank)",
+    )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run evaluations on a Ray cluster: 'auto' (the one `ray start` joined), "
+        "HOST:PORT, or 'local' (a cluster of this machine); needs the ray extra",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=0, help="problems at once (default: one per GPU)"
+    )
+    parser.add_argument(
+        "--rerun-errors", action="store_true", help="also run problems whose row is an error"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the reports from OUT's rows, run nothing",
+    )
+    parser.set_defaults(func=cmd_bench)
+    return parser
