@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -141,59 +141,158 @@ def _run_candidate(
     )
 
 
+def measure_problem(
+    path: Path,
+    problem: str,
+    args: argparse.Namespace,
+    *,
+    executor: Any,
+    ctx: Any,
+    settings: Any,
+    host: str,
+    gpu: bool,
+) -> dict[str, Any]:
+    """The row of one problem (graph run or verdict, then baselines); failures become rows.
+
+    Args:
+        path: The problem file.
+        problem: Its path relative to the suite (the row's key).
+        args: The command's options.
+        executor: Where its jobs run; each is recorded into the row's ``placement``.
+        ctx: The run's ``StitchContext`` (None with ``--candidates``).
+        settings: ``RunSettings`` of the verdicts and baselines.
+        host: This machine's name.
+        gpu: Whether this machine can run candidates.
+
+    Returns:
+        The row, speedups included.
+    """
+    from stitch_graph.bench import add_speedups, group_of, time_baselines
+    from stitch_graph.execution.placement import RecordingExecutor, RunnerOn
+    from stitch_graph.task import load_task
+
+    mine: list[Any] = []
+    recorded = RecordingExecutor(executor, tag=problem, records=mine)
+    try:
+        if args.candidates:
+            row = _run_candidate(path, problem, Path(args.candidates), settings, recorded, host)
+        else:
+            row = _run_graph(
+                path, problem, dataclasses.replace(ctx, executor=RunnerOn(recorded)), host
+            )
+        if gpu and not args.no_baselines and row.get("outcome") != "missing":
+            row.update(time_baselines(load_task(str(path)), settings, executor=recorded))
+    except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
+        row = {
+            "problem": problem,
+            "group": group_of(problem),
+            "outcome": "error",
+            "correct": False,
+            "host": host,
+            "error": f"{type(exc).__name__}: {str(exc)[:500]}",
+        }
+    for key in ("eager", "compile"):  # no baseline job: the Verifier's in-run figures
+        if row.get(f"{key}_ms") is None and row.get(f"verifier_{key}_ms"):
+            row[f"{key}_ms"] = row[f"verifier_{key}_ms"]
+    row["placement"] = [r.model_dump() for r in mine]
+    row["finished"] = time.time()
+    return add_speedups(row)
+
+
+def _problem_on_node(path: str, problem: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A Ray task's body: one whole problem on the node and GPU Ray gave it, with a local
+    executor pinned to that GPU (Ray sets ``CUDA_VISIBLE_DEVICES``)."""
+    import platform
+
+    from stitch_graph.execution import LocalGPUExecutor, gpu_available
+
+    args = argparse.Namespace(**options)
+    ctx, settings = _settings(args)
+    executor = LocalGPUExecutor()
+    try:
+        return measure_problem(
+            Path(path),
+            problem,
+            args,
+            executor=executor,
+            ctx=ctx,
+            settings=settings,
+            host=platform.node(),
+            gpu=gpu_available(),
+        )
+    finally:
+        executor.shutdown()
+
+
+def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The run context (None with ``--candidates``) and the ``RunSettings`` of a sweep."""
+    from stitch_graph.execution.settings import RunSettings
+
+    ctx = None if args.candidates else _context(args, Path(args.out))
+    settings = RunSettings(
+        timeout_s=args.timeout, gpu_arch=args.arch, work_dir=str(Path(args.out) / "work")
+    )
+    return ctx, (RunSettings.from_context(ctx) if ctx is not None else settings)
+
+
 class _Sweep:
     """One sweep's shared state: options, executor, row store and placement records."""
 
-    def __init__(self, args: argparse.Namespace, executor: Any, ctx: Any, settings: Any) -> None:
+    def __init__(self, args: argparse.Namespace, executor: Any) -> None:
         from stitch_graph.bench import RowStore, machine_info
         from stitch_graph.execution import gpu_available
 
         self.args = args
         self.executor = executor
-        self.ctx = ctx
-        self.settings = settings
+        self.ctx, self.settings = _settings(args)
         self.machine = machine_info()
         self.gpu = gpu_available()
         self.store = RowStore(Path(args.out), self.machine)
-        self.records: list[Any] = []
         self.lock = threading.Lock()
 
-    def one(self, path: Path, problem: str) -> dict[str, Any]:
-        """The row of one problem; whatever goes wrong becomes an error row."""
-        from stitch_graph.bench import add_speedups, group_of, time_baselines
-        from stitch_graph.execution.placement import RecordingExecutor, RunnerOn
-        from stitch_graph.task import load_task
+    def submit(self, pool: ThreadPoolExecutor, path: Path, problem: str) -> Future[dict]:
+        """Start one problem: a Ray task per problem in graph mode on Ray, else a thread here
+        whose evaluations go to the executor."""
+        from stitch_graph.execution.ray_executor import RayExecutor
 
-        mine: list[Any] = []
-        recorded = RecordingExecutor(self.executor, tag=problem, records=mine)
-        host = self.machine["host"]
-        try:
-            if self.args.candidates:
-                row = _run_candidate(
-                    path, problem, Path(self.args.candidates), self.settings, recorded, host
-                )
-            else:
-                ctx = dataclasses.replace(self.ctx, executor=RunnerOn(recorded))
-                row = _run_graph(path, problem, ctx, host)
-            if self.gpu and not self.args.no_baselines and row.get("outcome") != "missing":
-                row.update(time_baselines(load_task(str(path)), self.settings, executor=recorded))
-        except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
-            row = {
-                "problem": problem,
-                "group": group_of(problem),
-                "outcome": "error",
-                "correct": False,
-                "host": host,
-                "error": f"{type(exc).__name__}: {str(exc)[:500]}",
-            }
-        for key in ("eager", "compile"):  # no baseline job: the Verifier's in-run figures
-            if row.get(f"{key}_ms") is None and row.get(f"verifier_{key}_ms"):
-                row[f"{key}_ms"] = row[f"verifier_{key}_ms"]
-        row["placement"] = [r.model_dump() for r in mine]
-        row["finished"] = time.time()
+        if isinstance(self.executor, RayExecutor) and not self.args.candidates:
+            options = {k: v for k, v in vars(self.args).items() if k != "func"}
+            gpu = self.executor.gpu_slots() > 0
+            call = self.executor.submit_call(
+                _problem_on_node, str(path.resolve()), problem, options, gpu=gpu, tag=problem
+            )
+            future: Future[dict] = Future()
+
+            def done(finished: Future) -> None:
+                try:
+                    row, placement = finished.result()
+                    row["placement"] = [*row.get("placement", []), placement.model_dump()]
+                    future.set_result(self.keep(row))
+                except Exception as exc:  # noqa: BLE001 - handed to the loop
+                    future.set_exception(exc)
+
+            call.add_done_callback(done)
+            return future
+        return pool.submit(self.one, path, problem)
+
+    def one(self, path: Path, problem: str) -> dict[str, Any]:
+        """Measure one problem here and keep its row."""
+        row = measure_problem(
+            path,
+            problem,
+            self.args,
+            executor=self.executor,
+            ctx=self.ctx,
+            settings=self.settings,
+            host=self.machine["host"],
+            gpu=self.gpu,
+        )
+        return self.keep(row)
+
+    def keep(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Store ``row`` durably and rewrite the reports."""
         with self.lock:
-            self.records.extend(mine)
-            self.store.add(add_speedups(row))
+            self.store.add(row)
             self.write()
         return row
 
@@ -280,7 +379,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from stitch_graph.bench import find_problems
-    from stitch_graph.execution.settings import RunSettings
 
     console = Console(stderr=True, highlight=False)
     suite = Path(args.suite)
@@ -299,17 +397,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not paths:
         print(f"no problem files (*.py) under {suite}", file=sys.stderr)
         return 2
-    ctx = None if args.candidates else _context(args, Path(args.out))
+    args.out = str(Path(args.out).resolve())  # Ray nodes share the folder by its full path
+    ctx, _ = _settings(args)
     if ctx is not None and (message := _bad_model(ctx)):
         print(message, file=sys.stderr)
         return 2
-    settings = RunSettings(
-        timeout_s=args.timeout, gpu_arch=args.arch, work_dir=str(Path(args.out) / "work")
-    )
-    if ctx is not None:
-        settings = RunSettings.from_context(ctx)
     if args.report_only:
-        sweep = _Sweep(args, None, ctx, settings)
+        sweep = _Sweep(args, None)
         files = sweep.write()
         _print_summary(console, sweep.summary())
         print(f"reports: {', '.join(str(p) for p in files.values())}")
@@ -317,7 +411,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     executor, jobs = _executor(args)
     pool: ThreadPoolExecutor | None = None
     try:
-        sweep = _Sweep(args, executor, ctx, settings)
+        sweep = _Sweep(args, executor)
         if change := sweep.store.machine_change():
             console.print(change, markup=False)
         done = sweep.store.done(retry_errors=args.rerun_errors)
@@ -333,7 +427,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task("bench", total=len(todo))
-            futures = {pool.submit(sweep.one, p, name): name for p, name in todo}
+            futures = {sweep.submit(pool, p, name): name for p, name in todo}
             for future in as_completed(futures):
                 row = future.result()
                 speed = row.get("vs_eager")

@@ -73,6 +73,9 @@ class PlacedJobResult(JobResult):
 def shared_gpu_overlaps(records: list[Placement]) -> list[tuple[Placement, Placement]]:
     """Pairs of records that used one GPU of one node at the same time.
 
+    A ``problem`` record (a Ray task that held a GPU for a whole problem) does not clash with
+    the jobs of the same problem that ran inside it.
+
     Args:
         records: Placements of a run; records without a GPU are ignored.
 
@@ -92,7 +95,9 @@ def shared_gpu_overlaps(records: list[Placement]) -> list[tuple[Placement, Place
             for second in group[i + 1 :]:
                 if second.start >= first.end:
                     break
-                pairs.append((first, second))
+                inside = "problem" in (first.kind, second.kind) and first.tag == second.tag
+                if not inside:
+                    pairs.append((first, second))
     return pairs
 
 

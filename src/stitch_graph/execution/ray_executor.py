@@ -101,6 +101,25 @@ def _run_remote(job_json: str) -> dict[str, Any]:
     return {"result": data, "placement": placement.model_dump()}
 
 
+def _call_remote(fn: Any, args: tuple[Any, ...], kind: str, tag: str) -> tuple[Any, dict]:
+    """Body of a Ray task that runs a whole piece of work (a problem) on one node."""
+    import ray
+
+    start = time.time()
+    value = fn(*args)
+    gpu = ",".join(str(g) for g in ray.get_gpu_ids()) or None
+    placement = Placement(
+        kind=kind,
+        node=ray.get_runtime_context().get_node_id(),
+        host=platform.node(),
+        gpu=gpu,
+        start=start,
+        end=time.time(),
+        tag=tag,
+    )
+    return value, placement.model_dump()
+
+
 class RayExecutor:
     """Runs jobs as Ray tasks, one GPU per GPU job and one CPU per CPU job.
 
@@ -117,6 +136,7 @@ class RayExecutor:
         self._ray = _import_ray()
         self._owns = connect_ray(address, **init_kwargs)
         self._remote = self._ray.remote(max_retries=0)(_run_remote)
+        self._call = self._ray.remote(max_retries=0)(_call_remote)
         self._lock = threading.Lock()
         self._pending: set[Future[JobResult]] = set()
         self._closed = False
@@ -160,13 +180,47 @@ class RayExecutor:
         ref.future().add_done_callback(finish)
         return future
 
+    def submit_call(
+        self, fn: Any, *args: Any, gpu: bool, kind: str = "problem", tag: str = ""
+    ) -> Future[tuple[Any, Placement]]:
+        """Run ``fn(*args)`` as one Ray task holding one GPU (or one CPU when ``gpu`` is off).
+
+        For work larger than a job: a whole problem (its graph run, its evaluations, its
+        baselines) on one node and one GPU. ``fn`` must be importable on every node.
+
+        Returns:
+            A future of ``(fn's value, where it ran)``; it raises what ``fn`` raised.
+        """
+        options = {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 1}
+        ref = self._call.options(**options).remote(fn, args, kind, tag)
+        future: Future[tuple[Any, Placement]] = Future()
+
+        def finish(raw: Future[Any]) -> None:
+            try:
+                value, placement = raw.result()
+            except Exception as exc:  # noqa: BLE001 - handed to whoever waits
+                future.set_exception(exc)
+            else:
+                record = Placement.model_validate(placement)
+                with self._lock:
+                    self.records.append(record)
+                future.set_result((value, record))
+            finally:
+                with self._lock:
+                    self._pending.discard(future)
+
+        with self._lock:
+            self._pending.add(future)
+        ref.future().add_done_callback(finish)
+        return future
+
     def shutdown(self) -> None:
         """Wait for submitted jobs; disconnect from Ray if this executor connected."""
         with self._lock:
             self._closed = True
             pending = list(self._pending)
         for future in pending:
-            future.result()
+            future.exception()  # waits; a failure was handed to its caller already
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
 
