@@ -235,3 +235,29 @@ def test_baselines_time_all_four_sides_on_a_gpu(tmp_path):
     assert "baseline_error" not in out, out
     for side in ("eager", "eager_default_flags", "compile", "reduce_overhead"):
         assert out[f"{side}_ms"] and out[f"{side}_ms"] > 0, (side, out)
+
+
+def _tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_tables", ROOT / "tools" / "bench_tables.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_tables_and_the_executor_comparison():
+    tables = _tables()
+    rows = [_timed("level1/a.py", 1.0, 3.0, 1.5), _timed("level1/b.py", 2.0, 2.0, 2.0)]
+    for start, row in enumerate(rows):
+        row.update(seconds=10.0, finished=100.0 + 20 * start)
+    data = {"machine": MACHINE, "summary": summarize(rows), "rows": rows}
+    text = tables.table(data)
+    assert "| level1 | 2 | 2 | 1.00 |" in text and "| all |" in text
+    slower = [{**r, "candidate_ms": r["candidate_ms"] * 1.1, "outcome": "verified"} for r in rows]
+    slower[1]["outcome"] = "failed"
+    report = tables.compare(data, {"rows": slower})
+    assert "outcome differs: 1 ['level1/b.py']" in report
+    assert "wall time: 30 s" in report and "1.100" in report

@@ -364,7 +364,8 @@ def _executor(args: argparse.Namespace) -> tuple[Any, int]:
     if args.ray:
         from stitch_graph.execution.ray_executor import RayExecutor
 
-        executor = RayExecutor(args.ray)
+        local = {"num_cpus": args.ray_cpus} if args.ray == "local" and args.ray_cpus else {}
+        executor = RayExecutor(args.ray, **local)
         slots = executor.gpu_slots() or int(executor.resources().get("CPU", 1))
         return executor, args.jobs or max(1, slots)
     from stitch_graph.execution import LocalGPUExecutor
@@ -503,6 +504,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="run evaluations on a Ray cluster: 'auto' (the one `ray start` joined), "
         "HOST:PORT, or 'local' (a cluster of this machine); needs the ray extra",
+    )
+    parser.add_argument(
+        "--ray-cpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --ray local: CPUs of the local cluster (default: all of this machine's)",
     )
     parser.add_argument(
         "--jobs", type=int, default=0, help="problems at once (default: one per GPU)"
