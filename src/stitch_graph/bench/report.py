@@ -2,7 +2,7 @@
 
 Every file is written to a temporary name and moved into place (``os.replace``), so a reader, or
 a sweep killed while writing, never leaves half a report. The HTML page embeds its plots as
-base64 PNG (matplotlib, Agg backend: no display, no network), so it opens offline anywhere:
+base64 PNG (matplotlib figures drawn with Agg: no display, no network), so it opens offline anywhere:
 the speedup distribution, per-group bars against each baseline, the best speedup by round, and
 where the time went.
 """
@@ -70,9 +70,6 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 def _png(figure: Any) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -81,19 +78,21 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
 
     A figure with nothing to show (no timed row, no round) is left out.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:  # Figure objects draw with Agg and touch no pyplot state (threads, notebooks)
+        from matplotlib.figure import Figure
     except ImportError:
         return {}
+
+    def subplots(width: float, height: float) -> tuple[Any, Any]:
+        figure = Figure(figsize=(width, height))
+        return figure, figure.subplots()
+
     figures: dict[str, str] = {}
     timed = {
         b: [r[f"vs_{b}"] for r in rows if r.get("correct") and r.get(f"vs_{b}")] for b in BASELINES
     }
     if any(timed.values()):
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        fig, ax = subplots(7, 3.6)
         for baseline, values in timed.items():
             if values:
                 ax.hist(values, bins=20, alpha=0.5, label=BASELINES[baseline])
@@ -105,7 +104,7 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
         figures["distribution"] = _png(fig)
     groups = summary["groups"]
     if any(g["geomean"].get(b) for g in groups.values() for b in BASELINES):
-        fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(groups)), 3.6))
+        fig, ax = subplots(max(5, 1.6 * len(groups)), 3.6)
         width = 0.8 / len(BASELINES)
         for i, baseline in enumerate(BASELINES):
             heights = [groups[g]["geomean"].get(baseline) or 0 for g in groups]
@@ -119,7 +118,7 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
         figures["groups"] = _png(fig)
     curves = [r["best_per_round"] for r in rows if any(r.get("best_per_round") or [])]
     if curves:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        fig, ax = subplots(7, 3.6)
         for curve in curves:
             ax.plot(range(1, len(curve) + 1), [c or float("nan") for c in curve], alpha=0.35)
         ax.axhline(1.0, color="black", linewidth=0.8)
@@ -134,7 +133,7 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
         if row.get("baseline_seconds"):
             spent["baselines"] = spent.get("baselines", 0.0) + row["baseline_seconds"]
     if spent:
-        fig, ax = plt.subplots(figsize=(7, 3.2))
+        fig, ax = subplots(7, 3.2)
         names = sorted(spent, key=spent.get, reverse=True)
         ax.barh(names, [spent[n] for n in names])
         ax.invert_yaxis()
