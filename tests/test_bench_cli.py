@@ -261,3 +261,18 @@ def test_the_docs_tables_and_the_executor_comparison():
     report = tables.compare(data, {"rows": slower})
     assert "outcome differs: 1 ['level1/b.py']" in report
     assert "wall time: 30 s" in report and "1.100" in report
+
+
+def test_ray_without_the_package_says_how_to_install_it(tmp_path, suite, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    code, _, stderr = _run(["bench", str(suite), "--out", str(tmp_path / "o"), "--ray", "local"])
+    assert code == 2 and "pip install 'stitch-graph[ray]'" in stderr

@@ -391,12 +391,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
         return 2
     if args.candidates and not Path(args.candidates).is_dir():
-        print(f"--candidates {args.candidates}: not a folder of candidates", file=sys.stderr)
+        print(
+            f"--candidates {args.candidates}: not a folder. Fix: pass the folder that holds one "
+            "candidate per problem, at the problem's path relative to SUITE",
+            file=sys.stderr,
+        )
         return 2
     args.out = args.out or str(Path("bench") / suite.resolve().name)
     paths = find_problems(suite, args.only)
     if not paths:
-        print(f"no problem files (*.py) under {suite}", file=sys.stderr)
+        print(
+            f"no problem files (*.py) under {suite}"
+            + (f" matching --only {args.only}" if args.only else "")
+            + ". Fix: pass the folder of KernelBench problem files, or loosen --only",
+            file=sys.stderr,
+        )
         return 2
     args.out = str(Path(args.out).resolve())  # Ray nodes share the folder by its full path
     ctx, _ = _settings(args)
@@ -409,7 +418,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _print_summary(console, sweep.summary())
         print(f"reports: {', '.join(str(p) for p in files.values())}")
         return 0
-    executor, jobs = _executor(args)
+    try:
+        executor, jobs = _executor(args)
+    except RuntimeError as exc:  # ray missing or the cluster unreachable; the text has the fix
+        print(exc, file=sys.stderr)
+        return 2
     pool: ThreadPoolExecutor | None = None
     try:
         sweep = _Sweep(args, executor)
