@@ -1,5 +1,9 @@
 """Run the whole loop on a problem suite and print what was measured.
 
+The maintainer script behind the suite's recorded results; ``stitch-graph bench`` is the command
+for users (resumable rows kept across hosts, fast_p, reduce-overhead and default-flags eager,
+JSON, CSV and HTML reports, Ray).
+
 For every problem: the outcome, whether the program is correct, its speedup against PyTorch eager
 and torch.compile (both timed in the same run, on the same inputs and machine), the rounds used and
 the ops left to PyTorch. Geometric means are printed per folder and overall. With no model given
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import sys
 import tempfile
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 from stitch_graph import StitchContext, create_stitch_graph, load_task
+from stitch_graph.bench import geomean
 
 
 def machine() -> str:
@@ -135,12 +139,6 @@ def kept_rows(out: Path, current_machine: str) -> list[dict]:
         print(f"not keeping {out}: it was measured on {earlier.get('machine')}", file=sys.stderr)
         return []
     return [r for r in earlier.get("rows", []) if r.get("outcome") != "error"]
-
-
-def geomean(values: list[float]) -> float | None:
-    """Geometric mean of positive values (None when there are none)."""
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def select_shard(paths: list[Path], shard: str | None) -> list[Path]:

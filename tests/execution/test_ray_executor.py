@@ -96,3 +96,36 @@ def test_a_bench_sweep_on_ray_equals_the_local_one(cluster, tmp_path):
     for problem, local in rows["local"].items():
         assert {k: rows["ray"][problem].get(k) for k in same} == {k: local.get(k) for k in same}
         assert [p["kind"] for p in rows["ray"][problem]["placement"]] == ["problem"]
+
+
+class _FakeRemote:
+    """Stands in for the Ray task: records the resources asked for, answers at once."""
+
+    def __init__(self):
+        self.asked = []
+
+    def options(self, **resources):
+        self.asked.append(resources)
+        return self
+
+    def remote(self, job_json):
+        from concurrent.futures import Future
+
+        from stitch_graph.execution import Job
+
+        done = Future()
+        kind = Job.model_validate_json(job_json).kind
+        placement = {"kind": kind, "node": "n", "gpu": "5", "start": 1.0, "end": 2.0}
+        done.set_result({"result": {"status": "ok", "gpu": "5"}, "placement": placement})
+        return type("Ref", (), {"future": lambda self: done})()
+
+
+def test_gpu_jobs_ask_ray_for_one_gpu_and_cpu_jobs_for_one_cpu(cluster, monkeypatch):
+    from stitch_graph.execution import Job
+
+    fake = _FakeRemote()
+    monkeypatch.setattr(cluster, "_remote", fake)
+    gpu_result = cluster.submit(Job(kind="candidate")).result()
+    cluster.submit(Job(kind="reference", payload={"device": "cpu"})).result()
+    assert fake.asked == [{"num_gpus": 1, "num_cpus": 0}, {"num_cpus": 1}]
+    assert gpu_result.gpu == "5" and gpu_result.placement.gpu == "5"
