@@ -276,3 +276,72 @@ def test_ray_without_the_package_says_how_to_install_it(tmp_path, suite, monkeyp
     monkeypatch.setattr(builtins, "__import__", no_ray)
     code, _, stderr = _run(["bench", str(suite), "--out", str(tmp_path / "o"), "--ray", "local"])
     assert code == 2 and "pip install 'stitch-graph[ray]'" in stderr
+
+
+class _AnsweringExecutor:
+    """Answers every job with ``result``, keeping the jobs it was given."""
+
+    def __init__(self, result: dict):
+        self.result, self.jobs = result, []
+
+    def submit(self, job):
+        from concurrent.futures import Future
+
+        from stitch_graph.execution import JobResult
+
+        self.jobs.append(job)
+        done = Future()
+        done.set_result(JobResult(status="ok", result=self.result, seconds=3.0, gpu="2"))
+        return done
+
+    def shutdown(self):
+        pass
+
+
+def test_baselines_ask_the_reference_worker_for_all_four_sides_in_fp32(tmp_path):
+    from stitch_graph.artifacts import Task
+    from stitch_graph.bench import time_baselines
+    from stitch_graph.execution import RunSettings
+
+    answer = {"eager_ms": 2.0, "eager_default_flags_ms": 0.8, "compile_ms": 1.5}
+    answer.update(reduce_overhead_ms=None, reduce_overhead_error="RuntimeError: graphs")
+    executor = _AnsweringExecutor(answer)
+    task = Task(name="t", source=(CORPUS / "problems" / "bias_relu.py").read_text())
+    out = time_baselines(task, RunSettings(work_dir=str(tmp_path)), executor=executor)
+    payload = executor.jobs[0].payload
+    assert executor.jobs[0].kind == "reference" and payload["allow_tf32"] is False
+    assert payload["reduce_overhead"] is True and payload["default_flags_eager"] is True
+    assert out["eager_ms"] == 2.0 and out["eager_default_flags_ms"] == 0.8
+    assert out["reduce_overhead_ms"] is None and "graphs" in out["reduce_overhead_error"]
+    assert out["baseline_gpu"] == "2" and out["baseline_seconds"] == 3.0
+
+
+def test_a_run_report_becomes_a_row_with_rounds_and_time_spent():
+    from stitch_graph.artifacts import (
+        BestProgram,
+        Candidate,
+        RoundRecord,
+        RunReport,
+        TestResult,
+        TimingResult,
+    )
+    from stitch_graph.bench import add_speedups, row_from_report
+
+    best = BestProgram(
+        round=2,
+        candidate=Candidate(kernel_source="", host_source=""),
+        test=TestResult(status="passed"),
+        timing=TimingResult(status="passed", candidate_ms=0.5, eager_ms=1.0, compile_ms=0.75),
+    )
+    history = [
+        RoundRecord(round=1, test="failed", steps={"build": 1.0}),
+        RoundRecord(round=2, test="passed", speedup_vs_eager=1.5, steps={"build": 2.0, "test": 1}),
+        RoundRecord(round=3, test="passed", speedup_vs_eager=1.2, steps={"test": 1.0}),
+    ]
+    report = RunReport(task="t", outcome="verified", rounds=3, best=best, summary="ok")
+    row = row_from_report("level1/t.py", report, history, seconds=12.345, host="h")
+    assert row["group"] == "level1" and row["correct"] is True and row["rounds"] == 3
+    assert row["best_per_round"] == [None, 1.5, 1.5]
+    assert row["time_spent"] == {"build": 3.0, "test": 2.0}
+    row["eager_ms"] = 2.0  # from the baseline worker
+    assert add_speedups(row)["vs_eager"] == 4.0 and row["vs_compile"] is None

@@ -180,7 +180,7 @@ def measure_problem(
             row = _run_graph(
                 path, problem, dataclasses.replace(ctx, executor=RunnerOn(recorded)), host
             )
-        if gpu and not args.no_baselines and row.get("outcome") != "missing":
+        if gpu and not args.no_baselines and row.get("candidate_ms"):  # a time to compare
             row.update(time_baselines(load_task(str(path)), settings, executor=recorded))
     except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
         row = {
@@ -194,6 +194,7 @@ def measure_problem(
     for key in ("eager", "compile"):  # no baseline job: the Verifier's in-run figures
         if row.get(f"{key}_ms") is None and row.get(f"verifier_{key}_ms"):
             row[f"{key}_ms"] = row[f"verifier_{key}_ms"]
+            row["baselines_from"] = "verifier"
     row["placement"] = [r.model_dump() for r in mine]
     row["finished"] = time.time()
     return add_speedups(row)
