@@ -14,6 +14,7 @@ import csv
 import html
 import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -80,6 +81,7 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
     """
     try:  # Figure objects draw with Agg and touch no pyplot state (threads, notebooks)
         from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
     except ImportError:
         return {}
 
@@ -93,11 +95,22 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
     }
     if any(timed.values()):
         fig, ax = subplots(7, 3.6)
+        everything = [v for values in timed.values() for v in values]
+        low, high = math.log10(min(everything)), math.log10(max(everything))
+        if high - low < 0.2:
+            low, high = low - 0.1, high + 0.1
+        bins = [10 ** (low + (high - low) * k / 24) for k in range(25)]  # shared, log-spaced
         for baseline, values in timed.items():
             if values:
-                ax.hist(values, bins=20, alpha=0.5, label=BASELINES[baseline])
+                ax.hist(
+                    values, bins=bins, histtype="step", linewidth=1.5, label=BASELINES[baseline]
+                )
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks([2.0**k for k in range(-6, 8) if bins[0] <= 2.0**k <= bins[-1]] or [1.0])
         ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("speedup (baseline time / candidate time)")
+        ax.set_xlabel("speedup (baseline time / candidate time, log scale)")
         ax.set_ylabel("problems")
         ax.legend(fontsize=8)
         ax.set_title("Speedup distribution (correct programs)")
@@ -120,16 +133,22 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, str]
     if curves:
         fig, ax = subplots(7, 3.6)
         for curve in curves:
-            ax.plot(range(1, len(curve) + 1), [c or float("nan") for c in curve], alpha=0.35)
+            ys = [c or float("nan") for c in curve]
+            ax.plot(range(1, len(curve) + 1), ys, marker=".", alpha=0.35)
         ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("round")
         ax.set_ylabel("best speedup vs eager so far")
         ax.set_title("Best speedup by round (one line per problem)")
         figures["rounds"] = _png(fig)
     spent: dict[str, float] = {}
     for row in rows:
-        for step, seconds in (row.get("time_spent") or {}).items():
+        steps = row.get("time_spent") or {}
+        for step, seconds in steps.items():
             spent[step] = spent.get(step, 0.0) + seconds
+        rest = (row.get("seconds") or 0.0) - sum(steps.values())
+        if steps and rest > 0:  # the agents' own time: planning, writing code, waiting
+            spent["agents and the rest"] = spent.get("agents and the rest", 0.0) + rest
         if row.get("baseline_seconds"):
             spent["baselines"] = spent.get("baselines", 0.0) + row["baseline_seconds"]
     if spent:
