@@ -99,7 +99,10 @@ def compare_output(
     mismatches, nonfinite_bad, any_finite = 0, False, False
     max_abs, max_rel = 0.0, 0.0
     for start in range(0, b_all.numel(), _CHUNK):  # a slice at a time: outputs can be gigabytes
-        a, b = _as_float64(a_all[start : start + _CHUNK]), _as_float64(b_all[start : start + _CHUNK])
+        a, b = (
+            _as_float64(a_all[start : start + _CHUNK]),
+            _as_float64(b_all[start : start + _CHUNK]),
+        )
         finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
         # non-finite values match only the identical non-finite value (NaN with NaN, +Inf with +Inf)
         same_nonfinite = (~finite_a & ~finite_b) & ((a == b) | (torch.isnan(a) & torch.isnan(b)))
@@ -112,7 +115,9 @@ def compare_output(
             any_finite = True
             max_abs = max(max_abs, float(diff.max().item()))
             rel = diff / b.abs().clamp_min(max(atol, 1e-12))
-            max_rel = max(max_rel, float(torch.where(both, rel, torch.zeros_like(rel)).max().item()))
+            max_rel = max(
+                max_rel, float(torch.where(both, rel, torch.zeros_like(rel)).max().item())
+            )
     check.mismatch_fraction = mismatches / b_all.numel()
     check.nonfinite_ok = not nonfinite_bad
     if any_finite:
