@@ -208,3 +208,23 @@ def test_a_choice_that_does_not_hold_up_when_timed_again_is_dropped(softmax_prog
     # the cache remembers the kept setting, not the one that did not hold up
     again, _ = autotune(ir, plan, task, ScriptedTimer({}), cache=cache, device="G")
     assert "__launch_bounds__(1024" not in emit_candidate(ir, plan, tuning=again).kernel_source
+
+
+def test_a_tuning_reference_is_built_where_it_runs_or_moved_there():
+    import torch
+
+    from stitch_graph.execution._common import build_on
+
+    class Plain(torch.nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(n, n)
+
+    class NeedsCpu(torch.nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            table = torch.arange(n).numpy()  # fails on any device but the CPU
+            self.register_buffer("table", torch.as_tensor(table))
+
+    assert build_on(Plain, [4], "meta").lin.weight.is_meta
+    assert build_on(NeedsCpu, [4], "meta").table.is_meta  # built on the CPU, then moved

@@ -31,6 +31,7 @@ from typing import Any
 from stitch_graph.artifacts import Candidate, KernelChoice, Plan, Task, TuningReport
 from stitch_graph.codegen import EmitError, KernelTuning, Tuning, emit_candidate, groups_from_plan
 from stitch_graph.codegen.space import narrow_space, tuning_space
+from stitch_graph.execution._common import build_on
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
 
@@ -340,7 +341,7 @@ class GpuTimer:
         exec(compile(task.source, task.path or "<task>", "exec"), namespace)  # noqa: S102
         self._init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
         torch.manual_seed(0)
-        self._reference = namespace["Model"](*self._init).cuda()
+        self._reference = build_on(namespace["Model"], self._init, "cuda")
         torch.manual_seed(seed)
         with torch.device("cuda"), torch.no_grad():
             raw = namespace["get_inputs"]()
