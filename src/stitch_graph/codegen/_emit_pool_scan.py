@@ -103,7 +103,13 @@ class _PoolScanEmitter(_EmitterBase):
                         f"s{j} = max(s{j}, 0);",
                         f"e{j} = min(e{j}, {i_j});",
                     ]
-                    loops.append(f"for (int c{j} = s{j}; c{j} < e{j}; ++c{j}) {{")
+                    # the window's fixed count, unrolled innermost, the clipped part skipped
+                    loops += [
+                        *(["#pragma unroll"] if j == nd - 1 else []),
+                        f"for (int w{j} = 0; w{j} < {ks[j]}; ++w{j}) {{",
+                        f"const int c{j} = o{j} * {st[j]} - {pad[j]} + w{j};",
+                        f"if (c{j} < s{j} || c{j} >= e{j}) continue;",
+                    ]
                     count.append(f"(e{j} - s{j})")
                     size.append(f"n{j}")
             offset = "c0"

@@ -1,0 +1,57 @@
+"""Pooling windows as fixed, unrolled loops: inside the input, clipped by padding or ceil mode.
+
+A window that never leaves the input loops its fixed count without bounds checks; one that can
+reach padding loops the same count and skips what lies outside, while the divisor still follows
+PyTorch (``count_include_pad``, ``divisor_override``, ceil-mode windows past the padding). Every
+case runs the generated program on the CPU against PyTorch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return {call}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = {
+    "avg1d_inside": ("F.avg_pool1d(x, 4, 4)", "2, 3, 16", True),
+    "avg1d_padded": ("F.avg_pool1d(x, 8, 1, padding=4)", "2, 3, 20", False),
+    "avg1d_padded_excluded": (
+        "F.avg_pool1d(x, 5, 2, padding=2, count_include_pad=False)", "2, 3, 17", False
+    ),
+    "avg2d_inside_uneven": ("F.avg_pool2d(x, 3, 3)", "2, 3, 11, 10", True),
+    "avg2d_ceil": ("F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)", "1, 2, 10, 9", False),
+    "avg2d_divisor": ("F.avg_pool2d(x, 2, 2, padding=1, divisor_override=3)", "1, 2, 7, 6", False),
+    "avg3d_padded": ("F.avg_pool3d(x, 3, 2, padding=1)", "1, 2, 6, 7, 5", False),
+    "max2d_inside": ("F.max_pool2d(x, 2, 2)", "2, 3, 8, 8", True),
+    "max2d_padded_dilated": ("F.max_pool2d(x, 3, 2, padding=1, dilation=2)", "1, 2, 11, 9", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pool_windows_match_pytorch(case: str, tmp_path: Path) -> None:
+    call, shape, inside = CASES[case]
+    task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
+    assert "#pragma unroll" in program.kernel_source
+    # bounds are checked only where a window can leave the input
+    assert ("continue;" not in program.kernel_source) == inside
+    check_on_cpu(task, program, tmp_path)
