@@ -242,6 +242,8 @@ def _lower_node(
     ref = Ref("node", node.name)
     env[fx_node.name] = ref
     ours[ref] = _our_layout(ir, node, fx_node, ours, value)
+    if torch.is_tensor(value) and not _torch_result_contiguous(node, fx_node, ours, value):
+        node.attrs["strided_in_torch"] = True
     if node.op == "unfold" and torch.is_tensor(ours[ref]):
         # the same view spelled as_strided, which reads as a view (Tensor.unfold as compute)
         node.call = ".as_strided"
@@ -399,6 +401,29 @@ def _our_layout(
     if _is_tensor_seq(value):
         return type(value)(torch.empty(v.shape, dtype=v.dtype, device="meta") for v in value)
     return value
+
+
+def _torch_result_contiguous(
+    node: OpNode, fx_node: torch.fx.Node, ours: dict[Ref, Any], value: Any
+) -> bool:
+    """Whether PyTorch's own result for a non-view ``node`` (run on our buffers) is contiguous.
+
+    Our buffers for non-view nodes are contiguous; a node left to PyTorch whose result is not
+    (``einsum`` returns a permuted product) is made contiguous on the host.
+    """
+    info = lookup(node.op)
+    if info is not None and info.kind == "view":
+        return True
+    try:
+        args = _to_meta(node.call_args, ours)
+        kwargs = _to_meta(node.call_kwargs, ours)
+        if node.call.startswith("."):
+            result = getattr(args[0], node.call[1:])(*args[1:], **kwargs)
+        else:
+            result = fx_node.target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the reference's layout then
+        result = value
+    return not torch.is_tensor(result) or result.is_contiguous()
 
 
 def _materialise_output(ir: ProgramIR, ref: Any, ours: dict[Ref, Any]) -> Ref:

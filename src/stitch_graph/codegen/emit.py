@@ -246,7 +246,10 @@ def emit_candidate(
         if node.name in covered:
             continue
         kind, _ = node_kind(ir, node)
-        body.append(_torch_line(node))
+        line = _torch_line(node)
+        if kind != "view" and node.attrs.get("strided_in_torch"):
+            line += ".contiguous()"  # our layout for the result (PyTorch's may be permuted)
+        body.append(line)
         if kind != "view":
             # the reference op and the PyTorch call that computes it (matmul may run as bmm)
             for name in (node.op, node.call.rsplit(".", 1)[-1]):
