@@ -133,6 +133,39 @@ def _two_stage_launch(
     ]
 
 
+class _SplitLoops:
+    """Launch shape and loop lines of a reduction split into chunks of its rows: enough blocks
+    for two waves of resident threads (a streaming read needs many loads in flight), chunks of
+    at least eight elements a thread, at most ``most`` chunks a row."""
+
+    def __init__(
+        self, rows: int, length: int, block: int, index: str, offset: str, acc: str, most: int
+    ) -> None:
+        self.rows, self.length, self.block, self.index = rows, length, block, index
+        self.offset, self.acc = offset, acc
+        waves = math.ceil(2 * _GPU_THREADS / (block * rows))
+        self.splits = max(2, min(most, waves, math.ceil(length / (block * 8))))
+        self.chunk = math.ceil(length / self.splits)
+
+    def head(self) -> list[str]:
+        """Row and chunk of this block, and an empty accumulator."""
+        ix = self.index
+        return [
+            f"  const {ix} r = blockIdx.x / {self.splits};",
+            f"  const {ix} s = blockIdx.x % {self.splits};",
+            f"  const {ix} end = min(({ix})((s + 1) * {self.chunk}), ({ix}){self.length});",
+            f"  {self.acc} acc = {self.acc}::init();",
+        ]
+
+    def chunk_loop(self) -> str:
+        """The loop over the block's chunk of row ``r``, with ``i`` the element's offset."""
+        ix = self.index
+        return (
+            f"  for ({ix} k = s * {self.chunk} + threadIdx.x; k < end; k += {self.block}) {{\n"
+            f"    const {ix} i = {self.offset};"
+        )
+
+
 @dataclass(frozen=True)
 class _Reduction:
     """One reduction group as every kernel variant sees it: its rows, their layout, the
@@ -643,11 +676,8 @@ class _ReduceEmitter(_EmitterBase):
         ir = self.ir
         out = ir.node(g.output)
         block = min(tun.block_size, 1024)
-        # enough blocks for two waves of resident threads (a streaming read needs many loads
-        # in flight), chunks of at least eight loads a thread
-        waves = math.ceil(2 * _GPU_THREADS / (block * rows))
-        splits = max(2, min(4096, waves, math.ceil(length / (block * 8))))
-        chunk = math.ceil(length / splits)
+        loops = _SplitLoops(rows, length, block, index, in_idx, acc, most=4096)
+        splits, chunk = loops.splits, loops.chunk
         args = _Args(ir)
         env: dict[str, str] = {}
         pre, value = load_value(args, env)
@@ -655,13 +685,9 @@ class _ReduceEmitter(_EmitterBase):
             f"// stage 1 of a split reduction: {rows} row(s) x {splits} chunk(s) of {chunk}",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part('
             f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
-            f"  const {index} r = blockIdx.x / {splits};",
-            f"  const {index} s = blockIdx.x % {splits};",
-            f"  const {index} end = min(({index})((s + 1) * {chunk}), ({index}){length});",
-            f"  {acc} acc = {acc}::init();",
+            *loops.head(),
             "#pragma unroll 4",  # independent loads issued together; the sum stays in order
-            f"  for ({index} k = s * {chunk} + threadIdx.x; k < end; k += {block}) {{",
-            f"    const {index} i = {in_idx};",
+            loops.chunk_loop(),
             *(f"    {line}" for line in pre),
             f"    acc.update({value}, k);",
             "  }",

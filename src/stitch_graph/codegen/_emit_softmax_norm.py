@@ -21,7 +21,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
-from stitch_graph.codegen._emit_reduce import _two_stage_launch
+from stitch_graph.codegen._emit_reduce import _SplitLoops, _two_stage_launch
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -420,7 +420,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         post += self.exprs(g.epilogue, shape, "i", env2, args)
         result = env2[out.name]
         if split:
-            loops = _SplitRowLoops(rows, length, block, index, offset, acc)
+            loops = _SplitLoops(rows, length, block, index, offset, acc, most=1024)
             return self._split_row_op(g, kernel, loops, args, pre, update, stats, post, result)
         if mode == "warp":
             warps = block // 32
@@ -466,7 +466,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         self,
         g: Group,
         kernel: str,
-        loops: _SplitRowLoops,
+        loops: _SplitLoops,
         args: _Args,
         pre: list[str],
         update: str,
@@ -517,35 +517,3 @@ class _SoftmaxNormEmitter(_EmitterBase):
         blocks = loops.rows * loops.splits
         launch = (blocks, loops.block)
         return _two_stage_launch(g, kernel, out, args, args, blocks, launch, launch)
-
-
-class _SplitRowLoops:
-    """Launch shape and loop lines of a split row op: enough blocks for two waves of resident
-    threads, chunks of at least eight elements a thread."""
-
-    def __init__(
-        self, rows: int, length: int, block: int, index: str, offset: str, acc: str
-    ) -> None:
-        self.rows, self.length, self.block, self.index = rows, length, block, index
-        self.offset, self.acc = offset, acc
-        waves = math.ceil(2 * _SMS * 2048 / (block * rows))
-        self.splits = max(2, min(1024, waves, math.ceil(length / (block * 8))))
-        self.chunk = math.ceil(length / self.splits)
-
-    def head(self) -> list[str]:
-        """Row and chunk of this block, and an empty accumulator."""
-        ix = self.index
-        return [
-            f"  const {ix} r = blockIdx.x / {self.splits};",
-            f"  const {ix} s = blockIdx.x % {self.splits};",
-            f"  const {ix} end = min(({ix})((s + 1) * {self.chunk}), ({ix}){self.length});",
-            f"  {self.acc} acc = {self.acc}::init();",
-        ]
-
-    def chunk_loop(self) -> str:
-        """The loop over the block's chunk of row ``r``, with ``i`` the element's offset."""
-        ix = self.index
-        return (
-            f"  for ({ix} k = s * {self.chunk} + threadIdx.x; k < end; k += {self.block}) {{\n"
-            f"    const {ix} i = {self.offset};"
-        )
