@@ -241,8 +241,8 @@ class _Tuner:
         return self.current_ms()
 
     def confirm(self, base: Tuning, turns: int = 2) -> bool:
-        """Time the tuned program and ``base``'s in turns; keep the tuned one only when the
-        median of its times is still faster by ``min_gain``, else go back to ``base``."""
+        """Time the tuned program and ``base``'s in turns; keep the tuned one only when its
+        lower median is still faster than ``base``'s by ``min_gain``, else go back to ``base``."""
         base_program = emit_candidate(self.ir, self.plan, tuning=base)
         tuned_ms: list[float] = []
         base_ms: list[float] = []
