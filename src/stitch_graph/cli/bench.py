@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import threading
 import time
@@ -25,57 +24,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from stitch_graph.cli.models import check_models, context_from_args
+
 __all__ = ["add_parser", "cmd_bench", "find_candidate"]
-
-
-def _model(name: str | None, base_url: str | None) -> Any:
-    if name is None or name == "rules":
-        return None
-    if base_url is None:
-        return name
-    from langchain_openai import ChatOpenAI
-
-    model = name.split(":", 1)[1] if name.startswith("openai:") else name
-    return ChatOpenAI(
-        model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "none")
-    )
-
-
-def _context(args: argparse.Namespace, out: Path) -> Any:
-    from stitch_graph.agents.context import StitchContext
-
-    def pick(role: str) -> Any:
-        return _model(getattr(args, f"{role}_model") or args.model, args.base_url)
-
-    return StitchContext(
-        planner_model=pick("planner"),
-        coder_model=pick("coder"),
-        verifier_model=pick("verifier"),
-        structured_output_method=args.structured_method,
-        max_rounds=args.max_rounds,
-        wall_time_s=args.wall_time,
-        gpu_arch=args.arch,
-        profile=not args.no_profile,
-        use_knowledge=not args.no_knowledge,
-        timeout_s=args.timeout,
-        work_dir=str(out / "work"),
-    )
-
-
-def _bad_model(ctx: Any) -> str | None:
-    from stitch_graph.agents.llm import resolve_model
-
-    for role in ("planner", "coder", "verifier"):
-        spec = getattr(ctx, f"{role}_model")
-        try:
-            resolve_model(spec)
-        except ValueError as exc:
-            return (
-                f"cannot use the {role} model {spec}: {str(exc).splitlines()[0]}. Fix: name it "
-                "provider:model with its package installed and its API key set, or leave the "
-                "model options out for the rule-based agents."
-            )
-    return None
 
 
 def find_candidate(folder: Path, problem: str) -> Path | None:
@@ -229,7 +180,8 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     """The run context (None with ``--candidates``) and the ``RunSettings`` of a sweep."""
     from stitch_graph.execution.settings import RunSettings
 
-    ctx = None if args.candidates else _context(args, Path(args.out))
+    out = Path(args.out)
+    ctx = None if args.candidates else context_from_args(args, out, timeout_s=args.timeout)
     settings = RunSettings(
         timeout_s=args.timeout, gpu_arch=args.arch, work_dir=str(Path(args.out) / "work")
     )
@@ -410,7 +362,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     args.out = str(Path(args.out).resolve())  # Ray nodes share the folder by its full path
     ctx, _ = _settings(args)
-    if ctx is not None and (message := _bad_model(ctx)):
+    if ctx is not None and (message := check_models(ctx, args)):
         print(message, file=sys.stderr)
         return 2
     if args.report_only:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -18,42 +17,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from stitch_graph.agents.context import StitchContext
+from stitch_graph.cli.models import check_models, context_from_args
 
 RUNS_DIR = Path("runs")
-
-
-def _model_spec(name: str | None, base_url: str | None) -> Any:
-    if name is None:
-        return None
-    if base_url is None:
-        return name
-    from langchain_openai import ChatOpenAI
-
-    model = name.split(":", 1)[1] if name.startswith("openai:") else name
-    # local servers usually ignore the key, but the client refuses to start without one
-    return ChatOpenAI(
-        model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "none")
-    )
-
-
-def _context(args: argparse.Namespace, out: Path) -> StitchContext:
-    def pick(role: str) -> Any:
-        name = getattr(args, f"{role}_model") or args.model
-        return None if name == "rules" else _model_spec(name, args.base_url)
-
-    return StitchContext(
-        planner_model=pick("planner"),
-        coder_model=pick("coder"),
-        verifier_model=pick("verifier"),
-        structured_output_method=args.structured_method,
-        max_rounds=args.max_rounds,
-        wall_time_s=args.wall_time,
-        gpu_arch=args.arch,
-        profile=not args.no_profile,
-        use_knowledge=not args.no_knowledge,
-        work_dir=str(out / "work"),
-    )
 
 
 def _describe(event: dict[str, Any]) -> str:
@@ -80,45 +46,6 @@ def _run_folder(name: str) -> Path:
 def _resume_command(out: Path) -> str:
     """The command that continues the run in ``out``, from any working folder."""
     return f"stitch-graph optimize --resume {shlex.quote(str(out.resolve()))}"
-
-
-def _check_models(ctx: StitchContext, args: argparse.Namespace) -> str | None:
-    """One line on the first model that cannot be created, with the fix; None when all can.
-
-    Models are created here, before anything runs, so a wrong name or a missing key is answered
-    at once instead of after the planner has started (they are cached, so the agents reuse them).
-    """
-    from stitch_graph.agents.llm import resolve_model
-
-    for role in ("planner", "coder", "verifier"):
-        spec = getattr(ctx, f"{role}_model")
-        try:
-            resolve_model(spec)
-        except ValueError as exc:
-            cause = " ".join(str(exc.__cause__ or exc).split("\n\n")[0].split())
-            flag = f"--{role}-model" if getattr(args, f"{role}_model") else "--model"
-            if "infer model provider" in cause:  # its advice names an option the CLI lacks
-                provider = str(spec).split(":", 1)[0] if ":" in str(spec) else None
-                cause = (
-                    f"LangChain knows no chat-model provider {provider!r}"
-                    if provider
-                    else "no provider given, and LangChain cannot infer one from the name"
-                )
-            if "api_key" in cause or "API key" in cause or "credentials" in cause.lower():
-                fix = (
-                    "set the provider's API key (e.g. export OPENAI_API_KEY=...), pass "
-                    "--base-url URL for a local OpenAI-compatible server"
-                )
-            else:
-                fix = (
-                    "name it provider:model (e.g. openai:gpt-4.1) with a provider LangChain "
-                    "knows and its package installed (pip install langchain-PROVIDER)"
-                )
-            return (
-                f"cannot use {flag} {spec}: {cause.rstrip('.')}. Fix: {fix}, or leave the "
-                "option out for the rule-based agents."
-            )
-    return None
 
 
 def _read_problem(problem: str) -> tuple[str, str | None]:
@@ -192,11 +119,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         console.print(f"[red]cannot load the problem[/red]: {escape(str(exc))}")
         return 2
     try:
-        ctx = _context(args, out)
+        ctx = context_from_args(args, out)
     except ValueError as exc:
         console.print(f"[red]{escape(str(exc))}[/red]")
         return 2
-    bad_model = _check_models(ctx, args)
+    bad_model = check_models(ctx, args)
     if bad_model:
         print(bad_model, file=sys.stderr)
         return 2
