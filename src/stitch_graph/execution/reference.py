@@ -167,37 +167,27 @@ def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any])
         out["eager_ms"] = eager["median_ms"]
         out["eager"] = eager
         if payload.get("compile", True):
-            try:
-                compiled = torch.compile(model)
-                stats = time_cuda(
-                    lambda: compiled(*args),
-                    warmup=max(warmup, 3),
-                    runs=runs,
-                    before_each=rotate,
-                    flush_buffer=flush,
-                )
-                out["compile_ms"] = stats["median_ms"]
-                out["compile"] = stats
-            except Exception as exc:  # noqa: BLE001 - a compile failure is a finding, not fatal
-                out["compile_ms"] = None
-                out["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+            out.update(_time_compiled(model, args, rotate, flush, warmup, runs, "default"))
         if payload.get("reduce_overhead", False):
-            out.update(_time_reduce_overhead(model, args, rotate, flush, warmup, runs))
+            out.update(_time_compiled(model, args, rotate, flush, warmup, runs, "reduce-overhead"))
         if payload.get("default_flags_eager", False):
             out.update(_time_default_flags(model, args, rotate, flush, warmup, runs, payload))
     return out
 
 
-def _time_reduce_overhead(
-    model: Any, args: list[Any], rotate: Any, flush: Any, warmup: int, runs: int
+def _time_compiled(
+    model: Any, args: list[Any], rotate: Any, flush: Any, warmup: int, runs: int, mode: str
 ) -> dict[str, Any]:
-    """``torch.compile(mode="reduce-overhead")`` (CUDA graphs), timed like the other sides."""
+    """``torch.compile`` in ``mode`` (``default``: ``compile_*`` keys; ``reduce-overhead``, CUDA
+    graphs: ``reduce_overhead_*``), timed like the other sides; a failure is a finding, not
+    fatal."""
     import torch
 
     from stitch_graph.execution.timing import time_cuda
 
+    key = "compile" if mode == "default" else mode.replace("-", "_")
     try:
-        compiled = torch.compile(model, mode="reduce-overhead")
+        compiled = torch.compile(model, mode=mode)
         stats = time_cuda(
             lambda: compiled(*args),
             warmup=max(warmup, 3),
@@ -206,11 +196,8 @@ def _time_reduce_overhead(
             flush_buffer=flush,
         )
     except Exception as exc:  # noqa: BLE001 - a baseline that fails is a blank cell
-        return {
-            "reduce_overhead_ms": None,
-            "reduce_overhead_error": f"{type(exc).__name__}: {exc}"[:500],
-        }
-    return {"reduce_overhead_ms": stats["median_ms"], "reduce_overhead": stats}
+        return {f"{key}_ms": None, f"{key}_error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    return {f"{key}_ms": stats["median_ms"], key: stats}
 
 
 def _time_default_flags(
