@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from stitch_graph.cli.models import check_models, context_from_args
+from stitch_graph.cli.models import add_model_options, check_models, context_from_args
 
 __all__ = ["add_parser", "cmd_bench", "find_candidate"]
 
@@ -441,19 +441,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="check the candidates in DIR (PROBLEM's relative path, as a file or folder) "
         "with the verify protocol instead of running the graph",
     )
-    parser.add_argument(
-        "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
-    )
-    for role in ("planner", "coder", "verifier"):
-        parser.add_argument(
-            f"--{role}-model", help=f"chat model for the {role} only ('rules': rule-based)"
-        )
-    parser.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
-    parser.add_argument(
-        "--structured-method",
-        default="function_calling",
-        choices=["function_calling", "json_schema", "json_mode"],
-    )
+    add_model_options(parser)
     parser.add_argument("--max-rounds", type=int, default=6)
     parser.add_argument("--wall-time", type=float, default=1800.0, help="seconds per problem")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")

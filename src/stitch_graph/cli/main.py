@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stitch_graph.cli.models import check_models, context_from_args
+from stitch_graph.cli.models import add_model_options, check_models, context_from_args
 
 RUNS_DIR = Path("runs")
 
@@ -250,19 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         help="KernelBench problem file (Model, get_inputs, ...); '-' reads its source from stdin",
     )
-    opt.add_argument(
-        "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
-    )
-    for role in ("planner", "coder", "verifier"):
-        opt.add_argument(
-            f"--{role}-model", help=f"chat model for the {role} only ('rules': rule-based)"
-        )
-    opt.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
-    opt.add_argument(
-        "--structured-method",
-        default="function_calling",
-        choices=["function_calling", "json_schema", "json_mode"],
-    )
+    add_model_options(opt)
     opt.add_argument("--out", help="run folder (default: runs/<problem>-<time>)")
     opt.add_argument(
         "--resume",

@@ -13,7 +13,24 @@ from typing import Any
 
 from stitch_graph.agents.context import StitchContext
 
-__all__ = ["check_models", "context_from_args", "model_spec"]
+__all__ = ["add_model_options", "check_models", "context_from_args", "model_spec"]
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The model options ``context_from_args`` and ``check_models`` read."""
+    parser.add_argument(
+        "--model", help="chat model for every agent, e.g. openai:gpt-4.1 (default: rules)"
+    )
+    for role in ("planner", "coder", "verifier"):
+        parser.add_argument(
+            f"--{role}-model", help=f"chat model for the {role} only ('rules': rule-based)"
+        )
+    parser.add_argument("--base-url", help="OpenAI-compatible server URL (uses ChatOpenAI)")
+    parser.add_argument(
+        "--structured-method",
+        default="function_calling",
+        choices=["function_calling", "json_schema", "json_mode"],
+    )
 
 
 def model_spec(name: str | None, base_url: str | None) -> Any:
