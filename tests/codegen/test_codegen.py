@@ -323,8 +323,12 @@ def test_row_ops_keep_fitting_rows_in_registers(
 
 def test_row_ops_fall_back_to_two_passes(row_cases: dict[str, str]) -> None:
     for name in ("softmax_20000", "layer_norm_20000", "softmax_4097_warp"):
-        (kernel,) = _row_kernels(row_cases[name])
-        assert "statistics pass, then write pass" in kernel and "stays in registers" not in kernel
+        kernels = _row_kernels(row_cases[name])
+        # rows in multiples of 4 get a float4 twin; 4097 cannot
+        assert len(kernels) == (1 if "4097" in name else 2)
+        for kernel in kernels:
+            assert "statistics pass, then write pass" in kernel
+            assert "stays in registers" not in kernel
     assert "__launch_bounds__(1024)" in row_cases["softmax_20000"]  # long rows: more threads
     assert "warp per row" in row_cases["softmax_4097_warp"]
     assert "_v4" in row_cases["layer_norm_1000"] and "_v4" not in row_cases["softmax_4097"]

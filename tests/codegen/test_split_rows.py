@@ -51,14 +51,41 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("width", [1, 4])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_split_rows_match_pytorch(case: str, tmp_path: Path) -> None:
+def test_split_rows_match_pytorch(case: str, width: int, tmp_path: Path) -> None:
     call, channels, shape = CASES[case]
     source = _PROBLEM.format(call=call, channels=channels, shape=shape)
-    task, program = generate_checked(source, Tuning(default=KernelTuning(split_reduction=True)))
+    tuning = KernelTuning(split_reduction=True, vector_width=width)
+    task, program = generate_checked(source, Tuning(default=tuning))
     assert "_part(" in program.host_source  # the split form was emitted
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
-    assert any(k.endswith("_part") for k in kernels.launched)
+    # every case's rows run in multiples of 4 elements: width 4 takes the float4 twins
+    suffix = "_part_v4" if width == 4 else "_part"
+    assert any(k.endswith(suffix) for k in kernels.launched)
+
+
+TWO_PASS = {  # rows longer than the registers hold (more than 32 values a thread at 512)
+    "softmax": ("torch.softmax(x, dim=-1) + self.weight.sum() * 0", "1", "2, 20000"),
+    "batch_norm_batch_stats": (
+        "F.batch_norm(x, None, None, self.weight, self.bias, training=True)", "3", "4, 3, 80, 64"
+    ),
+    "rms_norm": ("F.rms_norm(x, (20000,), self.weight)", "20000", "3, 20000"),
+}
+
+
+@pytest.mark.parametrize("width", [1, 4])
+@pytest.mark.parametrize("case", sorted(TWO_PASS))
+def test_two_pass_rows_match_pytorch(case: str, width: int, tmp_path: Path) -> None:
+    """Rows too long for registers, one block a row: statistics pass then write pass, float4
+    twins chosen when asked for."""
+    call, channels, shape = TWO_PASS[case]
+    source = _PROBLEM.format(call=call, channels=channels, shape=shape)
+    tuning = KernelTuning(split_reduction=False, vector_width=width)
+    task, program = generate_checked(source, Tuning(default=tuning))
+    assert "statistics pass, then write pass" in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert any(k.endswith("_v4") for k in kernels.launched) == (width == 4)
 
 
 def test_the_split_is_taken_for_few_long_rows_only() -> None:

@@ -29,6 +29,9 @@ struct SgSum {
   float s;
   static __device__ __forceinline__ SgSum init() { SgSum a; a.s = 0.f; return a; }
   __device__ __forceinline__ void update(float v, long long) { s += v; }
+  __device__ __forceinline__ void update4(const float* x, long long) {
+    s += (x[0] + x[1]) + (x[2] + x[3]);
+  }
   __device__ __forceinline__ void combine(const SgSum& o) { s += o.s; }
   __device__ __forceinline__ SgSum shfl(int o) const {
     SgSum r; r.s = __shfl_xor_sync(SG_FULL, s, o); return r;
@@ -104,6 +107,13 @@ struct SgWelford {
   __device__ __forceinline__ void update(float v, long long) {
     n += 1.f; const float d = v - mean; mean += d / n; m2 += d * (v - mean);
   }
+  // four values at once: their exact mean and M2, merged with one division (not four)
+  __device__ __forceinline__ void update4(const float* x, long long) {
+    const float q = 0.25f * ((x[0] + x[1]) + (x[2] + x[3]));
+    const float d0 = x[0] - q, d1 = x[1] - q, d2 = x[2] - q, d3 = x[3] - q;
+    const float t = n + 4.f, d = q - mean, w = 4.f / t;
+    mean += d * w; m2 += ((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)) + d * d * n * w; n = t;
+  }
   __device__ __forceinline__ void combine(const SgWelford& o) {
     if (o.n == 0.f) return;
     if (n == 0.f) { *this = o; return; }
@@ -125,6 +135,17 @@ struct SgLse {
     if (v == -SG_INF) return;
     if (v != v) { m = v; s = v; return; }  // NaN: the row's result is NaN, as in PyTorch
     if (v > m) { s = s * expf(m - v) + 1.f; m = v; } else { s += v == m ? 1.f : expf(v - m); }
+  }
+  // four values at once: one rescale at most; infinities and NaN take the one-by-one path
+  __device__ __forceinline__ void update4(const float* x, long long k) {
+    if (!(fabsf(x[0]) < SG_INF && fabsf(x[1]) < SG_INF && fabsf(x[2]) < SG_INF &&
+          fabsf(x[3]) < SG_INF)) {
+      for (int l = 0; l < 4; ++l) update(x[l], k + l);
+      return;
+    }
+    const float hi = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    if (hi > m) { s = s * expf(m - hi); m = hi; }
+    s += (expf(x[0] - m) + expf(x[1] - m)) + (expf(x[2] - m) + expf(x[3] - m));
   }
   __device__ __forceinline__ void combine(const SgLse& o) {
     if (o.m == -SG_INF) return;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from stitch_graph.codegen._emit_base import (
@@ -21,7 +22,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
-from stitch_graph.codegen._emit_reduce import _SplitLoops, _two_stage_launch
+from stitch_graph.codegen._emit_reduce import _SplitLoops
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -33,6 +34,171 @@ def _row_mode(tun: KernelTuning, length: int) -> str:
     if tun.rows_per_block == 1:
         return "block"
     return "warp" if length <= 1024 else "block"
+
+
+def _declared(name: str, decl: str, lines: list[str]) -> list[str]:
+    """``[decl]`` when a line reads the variable ``name``, else nothing."""
+    return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """The loops of one variant of a two-pass row op: scalar, or float4 (``vec``: four
+    consecutive elements a thread, loaded and stored as one ``float4``)."""
+
+    vec: bool
+    args: _Args
+    offset: str  # element of row r, position k
+    index: str
+    pre: list[str]  # statistics pass: prologue, then the value reduced
+    elem: str
+    stats: list[str]  # the row's statistics from the reduced accumulator
+    pre2: list[str]  # write pass: prologue, the op and its epilogue
+    post: list[str]
+    result: str
+    load_vec: list[Ref]
+    write_vec: list[Ref]
+
+    @property
+    def suffix(self) -> str:
+        return "_v4" if self.vec else ""
+
+    @property
+    def aligned(self) -> list[Ref]:
+        """Tensors read or written as float4: they must start on 16-byte boundaries."""
+        return list(dict.fromkeys([*self.load_vec, *self.write_vec]))
+
+    def stats_loop(self, start: str, end: str, step: str, tid: str) -> list[str]:
+        """Positions ``start + tid``, stepping by ``step``, up to ``end`` into ``acc``."""
+        if not self.vec:
+            body = [*self.pre, f"acc.update({self.elem}, k);"]
+            return self._scalar(start, end, step, tid, body)
+        body = [*self.pre, f"x[l] = {self.elem};"]
+        return self._vector(
+            start, end, step, tid, body, self.load_vec, "float x[4];", "acc.update4(x, q * 4);"
+        )
+
+    def write_loop(self, start: str, end: str, step: str, tid: str) -> list[str]:
+        """The same positions, normalised and written."""
+        if not self.vec:
+            body = [*self.pre2, *self.post, f"out[i] = {self.result};"]
+            return self._scalar(start, end, step, tid, body)
+        body = [*self.pre2, *self.post, f"o[l] = {self.result};"]
+        store = "reinterpret_cast<float4*>(out)[j] = make_float4(o[0], o[1], o[2], o[3]);"
+        return self._vector(start, end, step, tid, body, self.write_vec, "float o[4];", store)
+
+    def _scalar(self, start: str, end: str, step: str, tid: str, body: list[str]) -> list[str]:
+        ix = self.index
+        return [
+            f"for ({ix} k = {start} + {tid}; k < {end}; k += {step}) {{",
+            f"  const {ix} i = {self.offset};",
+            *(f"  {line}" for line in body),
+            "}",
+        ]
+
+    def _vector(
+        self,
+        start: str,
+        end: str,
+        step: str,
+        tid: str,
+        body: list[str],
+        refs: list[Ref],
+        head: str,
+        tail: str,
+    ) -> list[str]:
+        ix = self.index
+        inner = [
+            *_declared("k", f"const {ix} k = q * 4 + l;", body),
+            *_declared("i", f"const {ix} i = j * 4 + l;", body),
+            *body,
+        ]
+        names = [f"a{self.args.refs.index(r)}" for r in refs]
+        first = re.sub(r"\bk\b", "(q * 4)", self.offset)  # the chunk's first element
+        return [
+            f"for ({ix} q = ({start}) / 4 + {tid}; q < ({end}) / 4; q += {step}) {{",
+            f"  const {ix} j = ({first}) / 4;",
+            *(f"  const float4 {n}v = reinterpret_cast<const float4*>({n})[j];" for n in names),
+            f"  {head}",
+            "  #pragma unroll",
+            "  for (int l = 0; l < 4; ++l) {",
+            *(f"    {line}" for line in inner),
+            "  }",
+            f"  {tail}",
+            "}",
+        ]
+
+
+class _Streams:
+    """Builds the scalar and float4 variants of a two-pass row op (rows too long for
+    registers): the same expressions, loaded per element or from float4 chunks."""
+
+    def __init__(
+        self,
+        emitter: _EmitterBase,
+        g: Group,
+        offset: str,
+        affine_idx: str,
+        eps: Any,
+        index: str,
+        length: int,
+    ) -> None:
+        self.em, self.g, self.offset, self.affine_idx = emitter, g, offset, affine_idx
+        self.eps, self.index, self.length = eps, index, length
+
+    def variant(self, vec: bool) -> _Pass:
+        em, g = self.em, self.g
+        ir = em.ir
+        node = ir.node(g.anchor or "")
+        op = node.op
+        src: Ref = node.args["input"]
+        shape = ir.shapes[src]
+        args = _Args(ir)
+        load_args = _Args(ir, refs=args.refs, vector=vec)
+        write_args = _Args(ir, refs=args.refs, vector=vec)
+        env: dict[str, str] = {}
+        pre = em.exprs(g.prologue, shape, "i", env, load_args)
+        value = em.value_of(src, shape, "i", env, load_args)
+        elem = f"{value} * {value}" if op == "rms_norm" else value
+        env2: dict[str, str] = {}  # the write pass re-evaluates the prologue under the same names
+        pre2 = em.exprs(g.prologue, shape, "i", env2, write_args)
+        value2 = em.value_of(src, shape, "i", env2, write_args)
+        stats, y = self._finish(op, value2)
+        for key, sign in (("weight", "*"), ("bias", "+")):
+            ref = node.args.get(key)
+            if isinstance(ref, Ref):
+                y = f"({y}) {sign} {write_args.param(ref)}[{self.affine_idx}]"
+        env2[node.name] = f"v_{node.name}"
+        post = [f"const float v_{node.name} = {y};"]
+        post += em.exprs(g.epilogue, shape, "i", env2, write_args)
+        return _Pass(
+            vec,
+            args,
+            self.offset,
+            self.index,
+            pre,
+            elem,
+            stats,
+            pre2,
+            post,
+            env2[ir.node(g.output).name],
+            list(load_args.vec_refs),
+            list(write_args.vec_refs),
+        )
+
+    def _finish(self, op: str, value: str) -> tuple[list[str], str]:
+        """Lines turning the reduced ``acc`` into the row's statistics, and the op's value."""
+        if op == "softmax":
+            return ["const float inv = 1.f / acc.s;"], f"expf({value} - acc.m) * inv"
+        if op == "log_softmax":
+            return ["const float lse = acc.m + logf(acc.s);"], f"{value} - lse"
+        if op == "rms_norm":
+            scale = f"rsqrtf(acc.s / {float(self.length)!r}f + {_literal(self.eps)})"
+            return [f"const float scale = {scale};"], f"{value} * scale"
+        return [
+            "const float mean = acc.mean;",
+            f"const float rstd = rsqrtf(acc.m2 / acc.n + {_literal(self.eps or 1e-5)});",
+        ], f"({value} - mean) * rstd"
 
 
 class _SoftmaxNormEmitter(_EmitterBase):
@@ -333,6 +499,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         op = node.op
         affine_idx = "k"
         eps = node.args.get("eps")
+        run = 0  # contiguous elements of a row between jumps (float4 needs 4 | run)
         if op in ("softmax", "log_softmax"):
             outer, length, inner = row_layout(shape, [int(node.args["dim"])]) or (1, 1, 1)
             rows = outer * inner
@@ -341,12 +508,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 if inner > 1
                 else f"r * {length} + k"
             )
+            run = length if inner == 1 else 0
         elif op in ("layer_norm", "rms_norm"):
             normalized = node.args["normalized_shape"]
             count = len(normalized) if isinstance(normalized, list | tuple) else 1
             length = numel(shape[len(shape) - count :])
             rows = numel(shape) // length
-            offset = f"r * {length} + k"
+            offset, run = f"r * {length} + k", length
             if op == "rms_norm" and eps is None:
                 eps = 1.1920928955078125e-07
         else:
@@ -355,15 +523,15 @@ class _SoftmaxNormEmitter(_EmitterBase):
             if op == "group_norm":
                 groups = int(node.args["num_groups"])
                 rows, length = n * groups, (c // groups) * hw
-                offset = f"r * {length} + k"
+                offset, run = f"r * {length} + k", length
                 affine_idx = f"(r % {groups}) * {c // groups} + k / {hw}"
             elif op == "instance_norm":
                 rows, length = n * c, hw
-                offset = f"r * {length} + k"
+                offset, run = f"r * {length} + k", length
                 affine_idx = f"r % {c}"
             else:  # batch_norm with batch statistics
                 rows, length = c, n * hw
-                offset = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}"
+                offset, run = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}", hw
                 affine_idx = "r"
         split = tun.split_reduction
         if split is None:  # too few rows to fill the GPU, and long enough to cut into chunks
@@ -383,45 +551,25 @@ class _SoftmaxNormEmitter(_EmitterBase):
             # rows get here when too long for registers: few per SM, so use more threads per row
             # (H200, 256 rows of 32K: 0.08 ms at 256 threads, 0.03 ms at 1024)
             block = min(4 * tun.block_size, 1024)
-        args = _Args(ir)
-        env: dict[str, str] = {}
-        pre = self.exprs(g.prologue, shape, "i", env, args)
-        value = self.value_of(src, shape, "i", env, args)
-        update = (
-            f"acc.update({value} * {value}, k);"
-            if op == "rms_norm"
-            else (f"acc.update({value}, k);")
+        vector = (
+            tun.vector_width == 4
+            and out.dtype == "float32"
+            and numel(out.shape) == numel(shape)
+            and run > 0
+            and run % 4 == 0
         )
-        stats: list[str]
-        if op == "softmax":
-            stats = ["const float inv = 1.f / acc.s;"]
-            y = f"expf({value} - acc.m) * inv"
-        elif op == "log_softmax":
-            stats = ["const float lse = acc.m + logf(acc.s);"]
-            y = f"{value} - lse"
-        elif op == "rms_norm":
-            stats = [f"const float scale = rsqrtf(acc.s / {float(length)!r}f + {_literal(eps)});"]
-            y = f"{value} * scale"
-        else:
-            stats = [
-                "const float mean = acc.mean;",
-                f"const float rstd = rsqrtf(acc.m2 / acc.n + {_literal(eps or 1e-5)});",
-            ]
-            y = f"({value} - mean) * rstd"
-        weight, bias = node.args.get("weight"), node.args.get("bias")
-        if isinstance(weight, Ref):
-            y = f"({y}) * {args.param(weight)}[{affine_idx}]"
-        if isinstance(bias, Ref):
-            y = f"({y}) + {args.param(bias)}[{affine_idx}]"
-        env2 = dict(env)  # the write pass re-evaluates the prologue under the same names
-        pre2 = pre
-        env2[node.name] = f"v_{node.name}"
-        post = [f"const float v_{node.name} = {y};"]
-        post += self.exprs(g.epilogue, shape, "i", env2, args)
-        result = env2[out.name]
+        stream = _Streams(self, g, offset, affine_idx, eps, index, length)
+        scalar = stream.variant(False)
+        twin = stream.variant(True) if vector else None
+        if twin is not None and twin.args.refs != scalar.args.refs:
+            twin = None
+        out_alloc = (
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        )
         if split:
-            loops = _SplitLoops(rows, length, block, index, offset, acc, most=1024)
-            return self._split_row_op(g, kernel, loops, args, pre, update, stats, post, result)
+            loops = _SplitLoops(rows, length, block, index, offset, acc, most=1024, align=4)
+            return [out_alloc, *self._split_row_op(g, kernel, loops, scalar, twin)]
         if mode == "warp":
             warps = block // 32
             row_loop = (
@@ -436,84 +584,102 @@ class _SoftmaxNormEmitter(_EmitterBase):
             grid = max(1, min(rows, 65535))
         unroll = f"#pragma unroll {tun.unroll}" if tun.unroll > 1 else ""
         otype = _CTYPE.get(out.dtype, "float")
-        src_lines = [
-            f"// {op}: {rows} row(s) of {length}, {mode} per row; statistics pass, then write pass",
-            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
-            f"  {row_loop} {{",
-            f"    {acc} acc = {acc}::init();",
-            f"    {unroll}",
-            f"    for ({index} k = {k_start}; k < {length}; k += {k_step}) {{",
-            f"      const {index} i = {offset};",
-            *(f"      {line}" for line in pre),
-            f"      {update}",
-            "    }",
-            f"    {reduce_line}",
-            *(f"    {line}" for line in stats),
-            f"    {unroll}",
-            f"    for ({index} k = {k_start}; k < {length}; k += {k_step}) {{",
-            f"      const {index} i = {offset};",
-            *(f"      {line}" for line in pre2),
-            *(f"      {line}" for line in post),
-            f"      out[i] = {result};",
-            "    }",
-            "  }",
-            "}",
-        ]
-        return self._add_kernel(src_lines, kernel, grid, block, args, out)
+        for pas in (scalar, twin):
+            if pas is None:
+                continue
+            span = ("0", str(length), k_step, k_start)
+            self.kernels.append(
+                "\n".join(
+                    [
+                        f"// {op}: {rows} row(s) of {length}, {mode} per row; statistics pass, then "
+                        f"write pass{', float4' if pas.vec else ''}",
+                        f'extern "C" __global__ __launch_bounds__({block}) void {kernel}{pas.suffix}('
+                        f"{pas.args.signature([f'{otype}* __restrict__ out'])}) {{",
+                        f"  {row_loop} {{",
+                        f"    {acc} acc = {acc}::init();",
+                        f"    {unroll}",
+                        *(f"    {line}" for line in pas.stats_loop(*span)),
+                        f"    {reduce_line}",
+                        *(f"    {line}" for line in pas.stats),
+                        f"    {unroll}",
+                        *(f"    {line}" for line in pas.write_loop(*span)),
+                        "  }",
+                        "}",
+                    ]
+                )
+            )
+        py_args = ", ".join([*(_py(r) for r in scalar.args.refs), out.name])
+        launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
+        if twin is None:
+            return [out_alloc, launch]
+        names = [*(_py(r) for r in twin.aligned), out.name]
+        return [out_alloc, *_aligned_launch(names, kernel, (grid, block), py_args, launch)]
 
     def _split_row_op(
         self,
         g: Group,
         kernel: str,
         loops: _SplitLoops,
-        args: _Args,
-        pre: list[str],
-        update: str,
-        stats: list[str],
-        post: list[str],
-        result: str,
+        scalar: _Pass,
+        twin: _Pass | None,
     ) -> list[str]:
         """A row op over few long rows in two kernels, each with ``splits`` blocks a row:
         ``<kernel>_part`` writes each chunk's statistics, ``<kernel>`` combines its row's and
-        writes its chunk."""
+        writes its chunk (float4 twins ``_v4`` when ``twin`` is given, chosen at run time)."""
         out = self.ir.node(g.output)
         otype = _CTYPE.get(out.dtype, "float")
-        part = [
-            f"// stage 1: statistics of {loops.rows} row(s) x {loops.splits} chunk(s) of "
-            f"{loops.chunk}",
-            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}_part('
-            f"{args.signature(['unsigned char* __restrict__ ws'])}) {{",
-            *loops.head(),
-            "#pragma unroll 4",
-            loops.chunk_loop(),
-            *(f"    {line}" for line in pre),
-            f"    {update}",
-            "  }",
-            "  acc = sg_block_reduce(acc);",
-            f"  if (threadIdx.x == 0) reinterpret_cast<{loops.acc}*>(ws)[blockIdx.x] = acc;",
-            "}",
-        ]
-        write = [
-            "// stage 2: the row's statistics from its chunks, then this chunk written",
-            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}('
-            f"{args.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
-            *loops.head(),
-            f"  const {loops.acc}* parts = reinterpret_cast<const {loops.acc}*>(ws) + r * "
-            f"{loops.splits};",
-            f"  for (int j = threadIdx.x; j < {loops.splits}; j += {loops.block}) "
-            "acc.combine(parts[j]);",
-            "  acc = sg_block_reduce(acc);",
-            *(f"  {line}" for line in stats),
-            loops.chunk_loop(),
-            *(f"    {line}" for line in pre),
-            *(f"    {line}" for line in post),
-            f"    out[i] = {result};",
-            "  }",
-            "}",
-        ]
-        self.kernels.append("\n".join(part))
-        self.kernels.append("\n".join(write))
+        span = (f"s * {loops.chunk}", "end", str(loops.block), "threadIdx.x")
+        for pas in (scalar, twin):
+            if pas is None:
+                continue
+            part = [
+                f"// stage 1: statistics of {loops.rows} row(s) x {loops.splits} chunk(s) of "
+                f"{loops.chunk}{', float4' if pas.vec else ''}",
+                f'extern "C" __global__ __launch_bounds__({loops.block}) void '
+                f"{kernel}_part{pas.suffix}("
+                f"{pas.args.signature(['unsigned char* __restrict__ ws'])}) {{",
+                *loops.head(),
+                "#pragma unroll 4",
+                *(f"  {line}" for line in pas.stats_loop(*span)),
+                "  acc = sg_block_reduce(acc);",
+                f"  if (threadIdx.x == 0) reinterpret_cast<{loops.acc}*>(ws)[blockIdx.x] = acc;",
+                "}",
+            ]
+            write = [
+                "// stage 2: the row's statistics from its chunks, then this chunk written",
+                f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}{pas.suffix}('
+                f"{pas.args.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+                *loops.head(),
+                f"  const {loops.acc}* parts = reinterpret_cast<const {loops.acc}*>(ws) + r * "
+                f"{loops.splits};",
+                f"  for (int j = threadIdx.x; j < {loops.splits}; j += {loops.block}) "
+                "acc.combine(parts[j]);",
+                "  acc = sg_block_reduce(acc);",
+                *(f"  {line}" for line in pas.stats),
+                *(f"  {line}" for line in pas.write_loop(*span)),
+                "}",
+            ]
+            self.kernels.append("\n".join(part))
+            self.kernels.append("\n".join(write))
+        ws = f"_ws_{g.id}"
         blocks = loops.rows * loops.splits
-        launch = (blocks, loops.block)
-        return _two_stage_launch(g, kernel, out, args, args, blocks, launch, launch)
+        p1 = ", ".join([*(_py(r) for r in scalar.args.refs), ws])
+        p2 = ", ".join([*(_py(r) for r in scalar.args.refs), ws, out.name])
+
+        def launches(suffix: str) -> list[str]:
+            return [
+                f"KERNELS.{kernel}_part{suffix}({blocks}, {loops.block}, {p1})",
+                f"KERNELS.{kernel}{suffix}({blocks}, {loops.block}, {p2})",
+            ]
+
+        lines = [f"{ws} = torch.empty({blocks * 16}, device=_dev, dtype=torch.uint8)"]
+        if twin is None:
+            return [*lines, *launches("")]
+        names = ", ".join([*(_py(r) for r in twin.aligned), out.name])
+        return [
+            *lines,
+            f"if _aligned({names}):",
+            *(f"    {line}" for line in launches("_v4")),
+            "else:",
+            *(f"    {line}" for line in launches("")),
+        ]

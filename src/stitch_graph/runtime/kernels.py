@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -373,6 +374,12 @@ class KernelLibrary:
         entry = graphs.get(key)
         if entry is None:
             entry = graphs[key] = _capture(body, inputs)
+            if isinstance(entry, str):  # said once per signature, so a slow program says why
+                warnings.warn(
+                    f"CUDA graph capture failed, plain launches instead: {entry}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             while len(graphs) > 8:
                 graphs.pop(next(iter(graphs)))
         if isinstance(entry, str):  # could not be captured: the reason
@@ -411,11 +418,19 @@ def _loaded_library(stem: str) -> str | None:
 
 
 class _Cublas:
-    """SGEMM through libcublas with ctypes: capturable in CUDA graphs, unlike CuPy's wrapper."""
+    """SGEMM through libcublas with ctypes: capturable in CUDA graphs, unlike CuPy's wrapper.
+
+    The handle gets a workspace of its own (PyTorch's allocator, made before any capture):
+    setting a stream resets cuBLAS to its default pool, which it may grow with ``cudaMalloc``,
+    and that is not allowed while a stream is being captured.
+    """
 
     _lib: Any = False
+    _WORKSPACE = 32 << 20  # what PyTorch gives cuBLAS on Hopper
 
     def __init__(self) -> None:
+        import torch
+
         lib = self.library()
         if lib is None:
             msg = "libcublas could not be loaded"
@@ -426,7 +441,9 @@ class _Cublas:
         self.handle = handle
         self._check(lib.cublasSetMathMode(handle, 0), "cublasSetMathMode")  # no TF32
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        self.space = torch.empty(self._WORKSPACE, dtype=torch.uint8, device="cuda")
         lib.cublasSetStream_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         lib.cublasSgemm_v2.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
@@ -463,6 +480,10 @@ class _Cublas:
               sa: int, b: int, ldb: int, sb: int, c: int, ldc: int, sc: int, batch: int) -> None:
         lib, handle = self.lib, self.handle
         self._check(lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+        self._check(
+            lib.cublasSetWorkspace_v2(handle, self.space.data_ptr(), self._WORKSPACE),
+            "cublasSetWorkspace",
+        )
         one, zero = ctypes.byref(self.one), ctypes.byref(self.zero)
         if batch == 1:
             status = lib.cublasSgemm_v2(handle, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc)
