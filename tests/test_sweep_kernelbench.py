@@ -86,3 +86,39 @@ def test_problems_are_ordered_by_number_with_skip_and_limit(sweep, tmp_path):
         (tmp_path / name).write_text("")
     files = sweep.problem_files([tmp_path], only="", limit=2, skip=1)
     assert [f.name for f in files] == ["2_y.py", "3_w.py"]
+
+
+def test_ill_conditioned_rows_are_counted_apart_and_read_back(sweep, tmp_path, capsys):
+    row = {**ROWS[2], "problem": "level3/24_e", "correct_f64": True}
+    summary = sweep.summarize([ROWS[0], row])
+    assert summary["correct"] == 1 and summary["correct_f64"] == 1
+    assert summary["gmean_vs_eager"] == pytest.approx(2.0)  # never in the speedups
+    sweep.print_row(row)
+    printed = tmp_path / "part.txt"
+    printed.write_text(capsys.readouterr().out)
+    assert " f64 " in printed.read_text()
+    (back,) = sweep.rows_from_output([printed])["level3"]
+    assert back["correct"] is False and back["correct_f64"] is True
+
+
+def test_a_program_is_judged_against_float64_only_as_far_as_pytorch_is(sweep, monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    class Cancelling(torch.nn.Module):  # float32 keeps rounding noise that float64 does not
+        def forward(self, x):
+            return (x + 1.0 - 1.0 - x) * 1e6
+
+    class Exact(torch.nn.Module):
+        def forward(self, x):
+            return (x - x) * 1e6
+
+    class Wrong(torch.nn.Module):
+        def forward(self, x):
+            return x * 1e6
+
+    namespace = {"get_inputs": lambda: [torch.rand(4096) * 1e-3]}
+    monkeypatch.setattr(sweep, "_draw", lambda torch, ns, seed: ns["get_inputs"]())
+    exact = sweep._against_float64(torch, Cancelling(), Exact(), namespace)
+    assert exact["eager_err_f64"] > 1e-4 and exact["correct_f64"] is True
+    wrong = sweep._against_float64(torch, Cancelling(), Wrong(), namespace)
+    assert wrong["ours_err_f64"] > 2 * wrong["eager_err_f64"] and wrong["correct_f64"] is False
