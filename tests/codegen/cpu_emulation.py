@@ -255,7 +255,8 @@ def _matrices(
     )
 
 
-def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):  # noqa: ANN001
+def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0):  # noqa: ANN001
+    """Every ``algo`` computes the same product: the emulation is exact for all of them."""
     if batch == 1:
         sa = sb = sc = 0
     am = _matrices(a, *((k, m) if ta else (m, k)), lda, sa, batch)

@@ -122,6 +122,26 @@ def test_plan_items_and_fusion(generated: dict[str, tuple]) -> None:
     assert plan.host.cuda_graph  # six small kernels at batch 32: launch-bound
 
 
+def test_gemms_take_the_cublaslt_algorithm_the_tuning_names(
+    generated: dict[str, tuple], tmp_path: Path
+) -> None:
+    """``gemm_algo`` N reaches the host's ``_sgemm`` call; 0 (the default) leaves it as it was,
+    and every algo computes the same product (emulated on the CPU)."""
+    from stitch_graph.codegen.space import tuning_space
+    from tests.codegen.cpu_emulation import check_on_cpu
+
+    task, ir, plan, default = generated["codegen_problems/gemm_linear_relu"]
+    assert re.search(r"algo=[1-9]", default.host_source) is None
+    tuning = Tuning(kernels={plan.items[0].id: KernelTuning(gemm_algo=2)})
+    chosen = emit_candidate(ir, plan, tuning=tuning)
+    assert ", algo=2)" in chosen.host_source
+    check_on_cpu(task, chosen, tmp_path)
+    assert {"gemm_algo": 1} in [
+        {k: v for k, v in s.model_dump().items() if getattr(KernelTuning(), k) != v}
+        for s in tuning_space("gemm")
+    ]
+
+
 def test_unsupported_ops_are_named_and_declared(generated: dict[str, tuple]) -> None:
     _, _, plan, cand = generated["codegen_problems/unsupported_fft_sort"]
     assert any(s.startswith("unsupported: fft_fft") for s in plan.unsupported_ops)

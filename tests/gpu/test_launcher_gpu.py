@@ -240,3 +240,34 @@ def test_every_cudnn_engine_rank_computes_the_same_convolution(
         torch.cuda.synchronize()
         torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
     assert len(dnn._plans) == 5  # one plan per engine rank
+
+
+@pytest.mark.parametrize(
+    ("ta", "tb", "m", "n", "k", "batch"),
+    [(0, 0, 256, 192, 128, 1), (1, 0, 4096, 64, 1024, 1), (0, 1, 33, 17, 65, 1),
+     (1, 1, 64, 48, 32, 6)],
+)
+def test_every_cublaslt_algorithm_computes_the_same_gemm(ta, tb, m, n, k, batch) -> None:
+    """Each algo the tuner may pick (cuBLASLt's ranked ones, and past their end cuBLAS again)
+    matches PyTorch's true-FP32 matmul, batched and transposed included."""
+    import torch
+
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    library = KernelLibrary(SOURCE)
+    # column-major op(A) m x k, op(B) k x n, C m x n: row-major tensors of the transposed shapes
+    a = torch.randn(batch, *((m, k) if ta else (k, m)), device="cuda")
+    b = torch.randn(batch, *((k, n) if tb else (n, k)), device="cuda")
+    lda, ldb = a.shape[-1], b.shape[-1]
+    # row-major C^T (n x m) = op(B)^T (n x k) @ op(A)^T (k x m)
+    expected = (b.transpose(-1, -2) if tb else b) @ (a.transpose(-1, -2) if ta else a)
+    for algo in range(5):
+        c = torch.zeros(batch, n, m, device="cuda")
+        library.sgemm(ta, tb, m, n, k, a, lda, a[0].numel(), b, ldb, b[0].numel(), c, m,
+                      m * n, batch, algo)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c, expected, rtol=1e-4, atol=1e-4)
+    lt = library._lt_handle
+    assert lt and lt.algorithms((ta, tb, m, n, k, lda, a[0].numel(), ldb, b[0].numel(), m,
+                                 m * n, batch)) >= 1

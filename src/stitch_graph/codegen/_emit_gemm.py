@@ -47,7 +47,8 @@ class _GemmEmitter(_EmitterBase):
         lines = [
             f"{product} = torch.empty({list(out_shape)}, device=_dev, dtype=torch.float32)",
             f"_sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}, {ldb}, {sb}, "
-            f"{_py(a_ref)}, {lda}, {sa}, {product}, {n}, {m_rows * n}, {batch})",
+            f"{_py(a_ref)}, {lda}, {sa}, {product}, {n}, {m_rows * n}, {batch}"
+            + (f", algo={tun.gemm_algo})" if tun.gemm_algo else ")"),
         ]
         if not needs_epilogue:
             return lines

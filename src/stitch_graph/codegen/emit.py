@@ -104,9 +104,10 @@ def _aligned(*tensors):
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch):
-    """Column-major C = op(A) op(B) through cuBLAS on PyTorch's stream, true FP32 (no TF32)."""
-    KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch)
+def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0):
+    """Column-major C = op(A) op(B) through cuBLAS on PyTorch's stream, true FP32 (no TF32);
+    algo N > 0: cuBLASLt's N-th ranked algorithm, chosen by timing."""
+    KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo)
 
 
 _PARAMS = {params}

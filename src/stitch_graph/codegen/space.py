@@ -60,7 +60,11 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         {"conv_library": False},
         {"conv_library": False, "block_size": 128},
     ],
-    "gemm": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
+    "gemm": [  # the library call first: the GEMM is most of the time
+        *({"gemm_algo": a} for a in (1, 2, 3)),
+        *({"block_size": b} for b in _BLOCKS),
+        {"fuse": False},
+    ],
     "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}, {"vector_width": 1}],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
     "rnn": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
@@ -72,7 +76,7 @@ _FIRST_FOR: dict[str, tuple[str, ...]] = {
     "latency_bound": ("block_size", "rows_per_block", "split_reduction"),
     "low_occupancy": ("block_size", "rows_per_block"),
     "launch_bound": ("rows_per_block", "fuse"),
-    "compute_bound": ("conv_library", "conv_engine", "unroll"),
+    "compute_bound": ("gemm_algo", "conv_library", "conv_engine", "unroll"),
     "register_spill": ("block_size", "unroll"),
 }
 

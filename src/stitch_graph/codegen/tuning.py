@@ -46,6 +46,11 @@ class KernelTuning(BaseModel):
         default=True,
         description="Convolutions through cuDNN; False: generated im2col + cuBLAS or direct kernels.",
     )
+    gemm_algo: int = Field(
+        default=0,
+        description="GEMM library call: 0 cublasSgemm (as eager runs it); N > 0 cuBLASLt's N-th "
+        "ranked FP32 algorithm for the shape.",
+    )
 
 
 class Tuning(BaseModel):

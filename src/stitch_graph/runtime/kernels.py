@@ -287,22 +287,24 @@ class KernelLibrary:
         return stream
 
     def sgemm(self, ta: int, tb: int, m: int, n: int, k: int, a: Any, lda: int, sa: int,
-              b: Any, ldb: int, sb: int, c: Any, ldc: int, sc: int, batch: int) -> None:
+              b: Any, ldb: int, sb: int, c: Any, ldc: int, sc: int, batch: int,
+              algo: int = 0) -> None:
         """Column-major ``C = op(A) op(B)`` (strided-batched when ``batch > 1``) in true FP32.
 
         Runs on PyTorch's current stream through libcuBLAS directly (capturable in a CUDA graph);
-        where that library cannot be loaded, through CuPy's cuBLAS wrapper.
+        where that library cannot be loaded, through CuPy's cuBLAS wrapper. ``algo`` 0 is
+        ``cublasSgemm`` (what eager runs); ``algo`` N > 0 is cuBLASLt's N-th ranked algorithm
+        for this GEMM, or ``cublasSgemm`` again where the heuristic offers fewer.
         """
         stream = self.stream_handle()
         pointers = (_pointer(a), _pointer(b), _pointer(c))
-        blas = self.__dict__.get("_blas")
-        if blas is None:
-            try:
-                blas = _Cublas()
-            except (OSError, AttributeError, RuntimeError):
-                blas = "cupy"
-            self._blas = blas
+        blas = self._blas()
         if blas != "cupy":
+            if algo > 0:
+                shape = (ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch)
+                lt = self._blas_lt(blas)
+                if lt and lt.matmul(stream, algo - 1, shape, *pointers):
+                    return
             blas.sgemm(stream, ta, tb, m, n, k, pointers[0], lda, sa, pointers[1], ldb, sb,
                        pointers[2], ldc, sc, batch)
             return
@@ -336,6 +338,35 @@ class KernelLibrary:
         """``y = conv_transpose(x, w)`` through cuDNN; ``y``'s shape carries the output padding."""
         self._cudnn().run(self.stream_handle(), True, x, w, y, tuple(stride), tuple(padding),
                           tuple(dilation), groups, engine)
+
+    def _blas(self) -> Any:
+        """cuBLAS through ctypes, or ``"cupy"`` where libcublas cannot be loaded."""
+        blas = self.__dict__.get("_blas_handle")
+        if blas is None:
+            factory = globals().get("Cublas")  # defined beside this module in an exported program
+            if factory is None:
+                from stitch_graph.runtime.cublas import Cublas as factory
+            try:
+                blas = factory(_loaded_library)
+            except (OSError, AttributeError, RuntimeError):
+                blas = "cupy"
+            self._blas_handle = blas
+        return blas
+
+    def _blas_lt(self, blas: Any) -> Any:
+        """cuBLASLt sharing ``blas``'s workspace (made on first use, outside any capture), or
+        ``False`` where it cannot be loaded."""
+        lt = self.__dict__.get("_lt_handle")
+        if lt is None:
+            factory = globals().get("CublasLt")
+            if factory is None:
+                from stitch_graph.runtime.cublas import CublasLt as factory
+            try:
+                lt = factory(blas.space, _loaded_library)
+            except (OSError, AttributeError, RuntimeError):
+                lt = False  # no cuBLASLt: every algo runs as cublasSgemm
+            self._lt_handle = lt
+        return lt
 
     def _cudnn(self) -> Any:
         dnn = self.__dict__.get("_dnn")
@@ -415,83 +446,6 @@ def _loaded_library(stem: str) -> str | None:
     except OSError:
         pass
     return None
-
-
-class _Cublas:
-    """SGEMM through libcublas with ctypes: capturable in CUDA graphs, unlike CuPy's wrapper.
-
-    The handle gets a workspace of its own (PyTorch's allocator, made before any capture):
-    setting a stream resets cuBLAS to its default pool, which it may grow with ``cudaMalloc``,
-    and that is not allowed while a stream is being captured.
-    """
-
-    _lib: Any = False
-    _WORKSPACE = 32 << 20  # what PyTorch gives cuBLAS on Hopper
-
-    def __init__(self) -> None:
-        import torch
-
-        lib = self.library()
-        if lib is None:
-            msg = "libcublas could not be loaded"
-            raise OSError(msg)
-        self.lib = lib
-        handle = ctypes.c_void_p()
-        self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-        self.handle = handle
-        self._check(lib.cublasSetMathMode(handle, 0), "cublasSetMathMode")  # no TF32
-        self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        self.space = torch.empty(self._WORKSPACE, dtype=torch.uint8, device="cuda")
-        lib.cublasSetStream_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        lib.cublasSgemm_v2.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-        ]
-        lib.cublasSgemmStridedBatched.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
-            ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
-        ]
-
-    @classmethod
-    def library(cls) -> Any:
-        if cls._lib is False:
-            cls._lib = None
-            names = [_loaded_library("libcublas"), "libcublas.so", "libcublas.so.13",
-                     "libcublas.so.12", "libcublas.so.11"]
-            for name in filter(None, names):
-                try:
-                    cls._lib = ctypes.CDLL(name)
-                    break
-                except OSError:
-                    continue
-        return cls._lib
-
-    @staticmethod
-    def _check(status: int, what: str) -> None:
-        if status:
-            msg = f"{what} failed with cuBLAS status {status}"
-            raise RuntimeError(msg)
-
-    def sgemm(self, stream: int, ta: int, tb: int, m: int, n: int, k: int, a: int, lda: int,
-              sa: int, b: int, ldb: int, sb: int, c: int, ldc: int, sc: int, batch: int) -> None:
-        lib, handle = self.lib, self.handle
-        self._check(lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
-        self._check(
-            lib.cublasSetWorkspace_v2(handle, self.space.data_ptr(), self._WORKSPACE),
-            "cublasSetWorkspace",
-        )
-        one, zero = ctypes.byref(self.one), ctypes.byref(self.zero)
-        if batch == 1:
-            status = lib.cublasSgemm_v2(handle, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc)
-        else:
-            status = lib.cublasSgemmStridedBatched(
-                handle, ta, tb, m, n, k, one, a, lda, sa, b, ldb, sb, zero, c, ldc, sc, batch
-            )
-        self._check(status, "cublasSgemm")
 
 
 def _layout(value: Any) -> Any:
