@@ -90,7 +90,7 @@ class _Pass:
     def _scalar(self, start: str, end: str, step: str, tid: str, body: list[str]) -> list[str]:
         ix = self.index
         return [
-            f"for ({ix} k = {start} + {tid}; k < {end}; k += {step}) {{",
+            f"for ({ix} k = {start} + ({tid}); k < {end}; k += {step}) {{",
             f"  const {ix} i = {self.offset};",
             *(f"  {line}" for line in body),
             "}",
@@ -116,7 +116,7 @@ class _Pass:
         names = [f"a{self.args.refs.index(r)}" for r in refs]
         first = re.sub(r"\bk\b", "(q * 4)", self.offset)  # the chunk's first element
         return [
-            f"for ({ix} q = ({start}) / 4 + {tid}; q < ({end}) / 4; q += {step}) {{",
+            f"for ({ix} q = ({start}) / 4 + ({tid}); q < ({end}) / 4; q += {step}) {{",
             f"  const {ix} j = ({first}) / 4;",
             *(f"  const float4 {n}v = reinterpret_cast<const float4*>({n})[j];" for n in names),
             f"  {head}",
