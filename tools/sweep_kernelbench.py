@@ -29,12 +29,14 @@ Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR .
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import multiprocessing
 import os
 import queue
+import signal
 import subprocess
 import sys
 import time
@@ -302,7 +304,11 @@ class IsolatedMeasurer:
 
 
 def warm_all(paths: list[Path], processes: int, deadline_s: float) -> float:
-    """Warm the caches with ``processes`` workers in parallel, each taking every n-th problem."""
+    """Warm the caches with ``processes`` workers in parallel, each taking every n-th problem.
+
+    Each worker leads its own process group, and at the deadline the whole group is killed:
+    Inductor's compile subprocesses outlive a killed parent, and left running they share the
+    machine with the timing that follows (a launch-bound model's eager time doubled)."""
     started = time.perf_counter()
     workers = [
         subprocess.Popen(
@@ -310,6 +316,7 @@ def warm_all(paths: list[Path], processes: int, deadline_s: float) -> float:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "CUDA_MODULE_LOADING": "LAZY"},
+            start_new_session=True,
         )
         for k in range(processes)
         if paths[k::processes]
@@ -318,7 +325,10 @@ def warm_all(paths: list[Path], processes: int, deadline_s: float) -> float:
         try:
             worker.wait(timeout=max(1.0, deadline_s - (time.perf_counter() - started)))
         except subprocess.TimeoutExpired:
-            worker.kill()
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)  # its compile workers too, finished or not
+        worker.wait()
     return time.perf_counter() - started
 
 
