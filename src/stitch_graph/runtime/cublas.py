@@ -48,10 +48,23 @@ def _gemm_workspace() -> Any:
     return torch.empty(_GEMM_WORKSPACE, dtype=torch.uint8, device="cuda")
 
 
-class Cublas:
+class _Opened:
+    """A shared library opened once per process (``None`` where it cannot be)."""
+
+    _stem = ""
+    _lib: Any = False
+
+    @classmethod
+    def library(cls, loaded: Callable[[str], str | None]) -> Any:
+        if cls._lib is False:
+            cls._lib = _open_library(cls._stem, loaded)
+        return cls._lib
+
+
+class Cublas(_Opened):
     """``cublasSgemm`` / ``cublasSgemmStridedBatched`` with math mode default (no TF32)."""
 
-    _lib: Any = False
+    _stem = "libcublas"
 
     def __init__(self, loaded: Callable[[str], str | None]) -> None:
         lib = self.library(loaded)
@@ -78,12 +91,6 @@ class Cublas:
             ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
             ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
         ]  # fmt: skip
-
-    @classmethod
-    def library(cls, loaded: Callable[[str], str | None]) -> Any:
-        if cls._lib is False:
-            cls._lib = _open_library("libcublas", loaded)
-        return cls._lib
 
     def sgemm(self, stream: int, ta: int, tb: int, m: int, n: int, k: int, a: int, lda: int,
               sa: int, b: int, ldb: int, sb: int, c: int, ldc: int, sc: int, batch: int) -> None:
@@ -124,10 +131,10 @@ class _GemmPlan:
         self.desc, self.layouts, self.algos = desc, layouts, algos
 
 
-class CublasLt:
+class CublasLt(_Opened):
     """``cublasLtMatmul`` in FP32 with a chosen one of the heuristic's algorithms."""
 
-    _lib: Any = False
+    _stem = "libcublasLt"
 
     def __init__(self, space: Any, loaded: Callable[[str], str | None]) -> None:
         lib = self.library(loaded)
@@ -157,12 +164,6 @@ class CublasLt:
             vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(_LtAlgo), vp,
             ctypes.c_size_t, vp,
         ]  # fmt: skip
-
-    @classmethod
-    def library(cls, loaded: Callable[[str], str | None]) -> Any:
-        if cls._lib is False:
-            cls._lib = _open_library("libcublasLt", loaded)
-        return cls._lib
 
     def algorithms(self, shape: tuple[int, ...]) -> int:
         """How many algorithms the heuristic offers for ``shape`` (as ``matmul`` takes it)."""
