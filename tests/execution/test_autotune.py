@@ -117,6 +117,23 @@ def test_the_budget_stops_tuning(chain_program):
     assert sum(c.tried for c in report.choices) <= 1
 
 
+def test_the_budget_includes_the_closing_confirmation(chain_program):
+    """Each timing takes 3 s of a 40 s budget: the search stops early enough that the four
+    confirmation timings still end inside the budget, give or take one timing."""
+    task, ir, plan = chain_program
+    clock = Clock()
+    scripted = ScriptedTimer({512: 0.5, 128: 0.2})
+
+    def slow(candidate):
+        clock.now += 3.0
+        return scripted(candidate)
+
+    tuning, report = autotune(ir, plan, task, slow, budget_s=40.0, clock=clock)
+    assert tuning != Tuning() and "not clearly faster" not in report.note  # it did confirm
+    assert scripted.calls >= 6  # tuned for a while before holding back
+    assert clock.now <= 40.0 + 3.0
+
+
 def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path):
     task, ir, plan = softmax_program
     cache = TuningCache(tmp_path)
