@@ -21,7 +21,7 @@ _GEMM_WORKSPACE = 32 << 20  # what PyTorch gives cuBLAS on Hopper
 _COMPUTE_32F, _R_32F = 68, 0  # cublasComputeType_t, cudaDataType_t: FP32, never TF32
 _DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
 _LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6  # cublasLtMatrixLayoutAttribute_t
-_PREF_MAX_GEMM_WORKSPACE, _PREF_ALIGNMENTS = 1, (5, 6, 7, 8)  # ...PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
+_PREF_WORKSPACE, _PREF_ALIGNMENTS = 1, (5, 6, 7, 8)  # MAX_WORKSPACE, MIN_ALIGNMENT_{A,B,C,D}
 _CANDIDATES = 8  # algorithms asked of the heuristic
 
 
@@ -84,13 +84,13 @@ class Cublas(_Opened):
             ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-        ]  # fmt: skip
+        ]
         lib.cublasSgemmStridedBatched.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
             ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
             ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
-        ]  # fmt: skip
+        ]
 
     def sgemm(self, stream: int, ta: int, tb: int, m: int, n: int, k: int, a: int, lda: int,
               sa: int, b: int, ldb: int, sb: int, c: int, ldc: int, sc: int, batch: int) -> None:
@@ -163,7 +163,7 @@ class CublasLt(_Opened):
         lib.cublasLtMatmul.argtypes = [
             vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(_LtAlgo), vp,
             ctypes.c_size_t, vp,
-        ]  # fmt: skip
+        ]
 
     def algorithms(self, shape: tuple[int, ...]) -> int:
         """How many algorithms the heuristic offers for ``shape`` (as ``matmul`` takes it)."""
@@ -183,7 +183,7 @@ class CublasLt(_Opened):
             self.handle, plan.desc, ctypes.byref(self.one), a, la, b, lb, ctypes.byref(self.zero),
             c, lc, c, lc, ctypes.byref(plan.algos[index]), self.space.data_ptr(), _GEMM_WORKSPACE,
             stream,
-        )  # fmt: skip
+        )
         _blas_check(status, "cublasLtMatmul")
         return True
 
@@ -202,8 +202,8 @@ class CublasLt(_Opened):
 
         def layout(rows: int, cols: int, ld: int, stride: int) -> Any:
             made = ctypes.c_void_p()
-            _blas_check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(made), _R_32F, rows, cols, ld),
-                   "layout")  # fmt: skip
+            created = lib.cublasLtMatrixLayoutCreate(ctypes.byref(made), _R_32F, rows, cols, ld)
+            _blas_check(created, "layout")
             if batch > 1:
                 count, step = ctypes.c_int32(batch), ctypes.c_int64(stride)
                 for attr, value, size in (
@@ -224,18 +224,18 @@ class CublasLt(_Opened):
         pref = ctypes.c_void_p()
         _blas_check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "preference")
         limit = ctypes.c_uint64(_GEMM_WORKSPACE)
-        _blas_check(lib.cublasLtMatmulPreferenceSetAttribute(
-            pref, _PREF_MAX_GEMM_WORKSPACE, ctypes.byref(limit), 8), "workspace")  # fmt: skip
+        set_ = lib.cublasLtMatmulPreferenceSetAttribute(pref, _PREF_WORKSPACE, ctypes.byref(limit), 8)
+        _blas_check(set_, "workspace")
         for attr in _PREF_ALIGNMENTS:  # only algorithms safe for these pointers' alignment
             bytes_ = ctypes.c_uint32(align)
-            _blas_check(lib.cublasLtMatmulPreferenceSetAttribute(pref, attr, ctypes.byref(bytes_), 4),
-                   "alignment")  # fmt: skip
+            set_ = lib.cublasLtMatmulPreferenceSetAttribute(pref, attr, ctypes.byref(bytes_), 4)
+            _blas_check(set_, "alignment")
         results = (_LtHeuristic * _CANDIDATES)()
         found = ctypes.c_int32(0)
         status = lib.cublasLtMatmulAlgoGetHeuristic(
             self.handle, desc, *layouts, layouts[2], pref, _CANDIDATES, results,
             ctypes.byref(found),
-        )  # fmt: skip
+        )
         algos = [
             _LtAlgo.from_buffer_copy(results[i].algo)
             for i in range(found.value if status == 0 else 0)
