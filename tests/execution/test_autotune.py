@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import KernelTuning, Tuning, capture_program, emit_candidate, plan_program
+from stitch_graph.codegen import (
+    KernelTuning,
+    Tuning,
+    capture_program,
+    emit_candidate,
+    estimate_us,
+    groups_from_plan,
+    plan_program,
+)
 from stitch_graph.codegen.space import SPACES, narrow_space, tuning_space
 from stitch_graph.execution.autotune import TuningCache, autotune
 from stitch_graph.task import load_task
@@ -132,6 +140,36 @@ def test_the_budget_includes_the_closing_confirmation(chain_program):
     assert tuning != Tuning() and "not clearly faster" not in report.note  # it did confirm
     assert scripted.calls >= 6  # tuned for a while before holding back
     assert clock.now <= 40.0 + 3.0
+
+
+_LIGHT_THEN_HEAVY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x) * 2, torch.softmax(y, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(8, 8), torch.randn(2048, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_heaviest_kernels_are_tuned_first():
+    task = load_task(_LIGHT_THEN_HEAVY)
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    first, last = plan.items[0].id, plan.items[-1].id
+    assert cost[last] > 100 * cost[first]  # the program's order is light, then heavy
+    _, report = autotune(ir, plan, task, ScriptedTimer({}))
+    assert [c.item for c in report.choices] == ["program", last, first]
 
 
 def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path):

@@ -12,7 +12,12 @@ from stitch_graph.codegen.capture import CaptureError, capture_program
 from stitch_graph.codegen.emit import EmitError, emit_candidate
 from stitch_graph.codegen.ir import Group, OpNode, ParamSpec, ProgramIR, Ref
 from stitch_graph.codegen.ops import REGISTRY, OpInfo, explain_unsupported
-from stitch_graph.codegen.schedule import groups_from_plan, plan_program, schedule_program
+from stitch_graph.codegen.schedule import (
+    estimate_us,
+    groups_from_plan,
+    plan_program,
+    schedule_program,
+)
 from stitch_graph.codegen.tuning import KernelTuning, Tuning, apply_feedback
 
 __all__ = [
@@ -30,6 +35,7 @@ __all__ = [
     "apply_feedback",
     "capture_program",
     "emit_candidate",
+    "estimate_us",
     "explain_unsupported",
     "groups_from_plan",
     "plan_program",

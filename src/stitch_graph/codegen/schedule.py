@@ -453,7 +453,9 @@ def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
     return 4.0 * (reads + numel(out.shape)), flops
 
 
-def _estimate_us(ir: ProgramIR, group: Group) -> float:
+def estimate_us(ir: ProgramIR, group: Group) -> float:
+    """A roofline guess of the group's device time: its bytes at HBM speed or its FLOPs at
+    peak, whichever is longer."""
     nbytes, flops = _bytes_and_flops(ir, group)
     return max(nbytes / _HBM_BYTES_PER_US, flops / _FLOPS_PER_US)
 
@@ -544,7 +546,7 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
             for ref in node.tensor_refs():
                 shapes.setdefault(ref.name, list(ir.shapes[ref]))
         shapes[group.output] = list(ir.node(group.output).shape)
-        estimates.append(_estimate_us(ir, group))
+        estimates.append(estimate_us(ir, group))
         items.append(
             TodoItem(
                 id=group.id,

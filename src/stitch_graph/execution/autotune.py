@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from stitch_graph.artifacts import Candidate, KernelChoice, Plan, Task, TuningReport
-from stitch_graph.codegen import EmitError, KernelTuning, Tuning, emit_candidate, groups_from_plan
+from stitch_graph.codegen import (
+    EmitError,
+    KernelTuning,
+    Tuning,
+    emit_candidate,
+    estimate_us,
+    groups_from_plan,
+)
 from stitch_graph.codegen.space import narrow_space, tuning_space
 from stitch_graph.execution._common import build_on
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
@@ -119,7 +126,8 @@ def autotune(
 
     Args:
         ir: The captured program (``codegen.ProgramIR``).
-        plan: Its plan; every item is tuned, in the plan's order, then CUDA-graph replay.
+        plan: Its plan; CUDA-graph replay is decided first, then every item is tuned, the
+            most expensive (by the schedule's roofline estimate) first.
         task: The task (its input specs are part of the cache key).
         measure: Milliseconds of one program on the real inputs; ``None`` when it fails or is
             wrong.
@@ -147,9 +155,13 @@ def autotune(
         return clock() - started > budget_s - metered.confirm_s()
 
     report = TuningReport(device=device)
-    kinds = {group.id: group.kind for group in groups_from_plan(ir, plan)}
+    groups = groups_from_plan(ir, plan)
+    kinds = {group.id: group.kind for group in groups}
+    # heaviest kernels first (roofline estimate), so a budget cut leaves the light ones
+    cost = {group.id: estimate_us(ir, group) for group in groups}
+    order = sorted(plan.items, key=lambda i: -cost.get(i.id, 0.0))
     timed: list[tuple[str, str]] = []  # (cache key, item) of the choices measured in this run
-    for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in plan.items)]:
+    for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in order)]:
         if spent():
             report.note = f"budget of {budget_s:.0f} s spent before {item}"
             break
