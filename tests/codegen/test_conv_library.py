@@ -105,6 +105,18 @@ def test_generated_convolution_when_the_coder_is_told_so(tmp_path: Path) -> None
     check_on_cpu(task, cand, tmp_path)
 
 
+@pytest.mark.parametrize("layer", ["Conv2d(32, 6, 1)", "Conv2d(4, 6, 3, padding=1)"])
+def test_a_generated_convolution_takes_the_tuned_cublaslt_algorithm(
+    layer: str, tmp_path: Path
+) -> None:
+    """The im2col path (a 1x1 convolution: x itself) runs its SGEMM with the tuned algo."""
+    tuning = Tuning(default=KernelTuning(conv_library=False, gemm_algo=1))
+    channels = int(layer.split("(")[1].split(",")[0])
+    task, cand = _generate(layer, (2, channels, 7, 5), "self.conv(x)", tuning)
+    assert "KERNELS.conv(" not in cand.host_source and ", algo=1)" in cand.host_source
+    check_on_cpu(task, cand, tmp_path)
+
+
 def test_a_cudnn_failure_switches_the_coder_to_generated_convolution() -> None:
     from stitch_graph.artifacts import Feedback, FeedbackItem
     from stitch_graph.codegen import apply_feedback

@@ -542,12 +542,14 @@ class _ConvEmitter(_EmitterBase):
         xa, wa = _py(x), weight or _py(w)
         kg, cog = k // groups, cout // groups
 
+        algo = f", algo={tun.gemm_algo}" if tun.gemm_algo else ""  # a cuBLASLt rank, by time
+
         def sgemm(a: str, c: str, cnt: object) -> list[str]:
             """Host lines for the SGEMM(s) of ``cnt`` images: A = ``a``, C = ``c``."""
             if groups == 1:
                 return [
                     f"_sgemm(0, 0, {p}, {cout}, {k}, {a}, {p}, {k * p}, {wa}, {k}, 0, "
-                    f"{c}, {p}, {cout * p}, {cnt})"
+                    f"{c}, {p}, {cout * p}, {cnt}{algo})"
                 ]
             return [
                 f"for _g in range({groups}):",

@@ -58,6 +58,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"conv_library": True, "block_size": b} for b in _BLOCKS),
         *({"conv_library": True, "conv_engine": e} for e in (1, 2, 3)),
         {"conv_library": False},
+        {"conv_library": False, "gemm_algo": 1},  # im2col (1x1: none) + a cuBLASLt algorithm
         {"conv_library": False, "block_size": 128},
     ],
     "gemm": [  # the library call first: the GEMM is most of the time
