@@ -8,7 +8,9 @@ repository), in the same run on the same GPU and the same inputs:
 
 each timed with the Verifier's rules (CUDA events, warm-up, L2 flushed and inputs refilled in
 place before every run, median of ``--runs``). The program is judged on three fresh draws at
-atol = rtol = ``--tol`` with TF32 off on both sides.
+atol = rtol = ``--tol`` with TF32 off on both sides. A program wrong at that tolerance is judged
+once more against PyTorch's float64 forward: ``f64`` in the ``ok`` column when it is no farther
+from it than PyTorch's own float32 (an ill-conditioned model), counted apart from the correct.
 
 Two phases keep a level inside minutes. ``--warm N`` first runs N processes in parallel that
 capture, emit and build each program and compile each reference in both modes once, so Inductor's
