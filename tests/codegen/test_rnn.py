@@ -91,6 +91,22 @@ def test_rnn_matches_pytorch(name: str, fused: bool, tmp_path: Path) -> None:
     assert len([k for k in kernels.launched if k.endswith("_step")]) == 5 * layers  # 5 steps
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_cudnn_anchor_leaves_the_layer_to_pytorch_declared(name: str, tmp_path: Path) -> None:
+    """``rnn_library``: the layer is PyTorch's own RNN (cuDNN on a GPU), declared, and the
+    program still matches; the tuner takes it only by time. PyTorch returns a batch-first
+    layer's output as a transposed view, which the kernels after it read as dense: the host
+    makes it so (every batch-first case here was wrong before)."""
+    source, _ = CASES[name]
+    task = load_task(source)
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    program = emit_candidate(ir, plan, tuning=Tuning(default=KernelTuning(rnn_library=True)))
+    op = "gru" if name.startswith("gru") else "lstm"
+    assert op in program.declared_torch_ops and "_step(" not in program.host_source
+    check_on_cpu(task, program, tmp_path)
+
+
 def test_dropout_between_layers_in_training_stays_in_pytorch() -> None:
     source = _problem("LSTM", dropout=0.5).replace("super().__init__()",
                                                     "super().__init__()\n        self.train()")

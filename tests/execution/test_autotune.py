@@ -172,6 +172,46 @@ def test_the_heaviest_kernels_are_tuned_first():
     assert [c.item for c in report.choices] == ["program", last, first]
 
 
+_GRU = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 6, 2, batch_first=True)
+
+    def forward(self, x, h0):
+        return self.rnn(x, h0)[0]
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 4), torch.randn(2, 3, 6)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("cudnn_faster", [True, False])
+def test_cudnns_rnn_is_a_declared_anchor_taken_only_by_time(cudnn_faster):
+    task = load_task(_GRU)
+    ir = capture_program(task)
+    plan = plan_program(ir)
+
+    def timer(candidate):
+        on_cudnn = "torch.gru(" in candidate.host_source
+        return 0.5 if on_cudnn == cudnn_faster else 1.0
+
+    tuning, _ = autotune(ir, plan, task, timer)
+    (rnn,) = [i.id for i in plan.items if i.ops and "gru" in i.ops[0]]
+    program = emit_candidate(ir, plan, tuning=tuning)
+    assert tuning.for_item(rnn).rnn_library is cudnn_faster
+    assert ("gru" in program.declared_torch_ops) is cudnn_faster
+
+
 def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path):
     task, ir, plan = softmax_program
     cache = TuningCache(tmp_path)

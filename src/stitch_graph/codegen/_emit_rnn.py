@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stitch_graph.codegen._emit_base import _EmitterBase, _py
+from stitch_graph.codegen._emit_base import EmitError, _EmitterBase, _py
 from stitch_graph.codegen.ir import Group, Ref
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -91,6 +91,9 @@ class _RnnEmitter(_EmitterBase):
     def rnn(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
         node = ir.node(g.anchor or "")
+        if tun.rnn_library:  # the declared library anchor: the item stays in PyTorch (cuDNN)
+            msg = f"{node.name}: PyTorch's cuDNN RNN chosen by the tuning (rnn_library)"
+            raise EmitError(msg)
         lstm = node.op == "lstm"
         x: Ref = node.args["input"]
         hx = node.args["hx"]

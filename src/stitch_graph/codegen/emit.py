@@ -41,7 +41,7 @@ from stitch_graph.codegen._emit_pool_scan import _PoolScanEmitter
 from stitch_graph.codegen._emit_reduce import _ReduceEmitter
 from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
-from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
 from stitch_graph.codegen.schedule import groups_from_plan, node_kind
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
@@ -170,6 +170,24 @@ def _torch_line(node: OpNode) -> str:
     return f"{imports}{node.name} = {target}({rest})"
 
 
+def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]) -> bool:
+    """Whether ``node`` picks a tensor out of the tuple an op left to PyTorch returns, where
+    kernels read it as dense. PyTorch's element need not be (``nn.LSTM(batch_first=True)``
+    returns its output transposed); ``.contiguous()`` costs nothing when it already is."""
+    if node.op != "getitem":
+        return False
+    source = node.call_args[0] if node.call_args else None
+    ref = Ref("node", node.name)
+    return (
+        isinstance(source, Ref)
+        and source.kind == "node"
+        and source.name not in covered
+        and ref in ir.shapes
+        and ir.shapes[ref] is not None
+        and tuple(ir.strides.get(ref, ())) == contiguous_strides(tuple(ir.shapes[ref]))
+    )
+
+
 def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     """Un-fuse an anchored group: prologue and epilogue become pointwise kernels of their own."""
     if g.anchor is None:
@@ -250,6 +268,8 @@ def emit_candidate(
         line = _torch_line(node)
         if kind != "view" and node.attrs.get("strided_in_torch"):
             line += ".contiguous()"  # our layout for the result (PyTorch's may be permuted)
+        elif _dense_element_of_torch_tuple(ir, node, covered):
+            line += ".contiguous()"  # a batch-first RNN's output is a transposed view
         body.append(line)
         if kind != "view":
             # the reference op and the PyTorch call that computes it (matmul may run as bmm)

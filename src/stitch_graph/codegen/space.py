@@ -68,7 +68,11 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     ],
     "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}, {"vector_width": 1}],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
-    "rnn": [*({"block_size": b} for b in _BLOCKS), {"fuse": False}],
+    "rnn": [
+        {"rnn_library": True},  # cuDNN's RNN, declared: taken only when the steps lose to it
+        *({"block_size": b} for b in _BLOCKS),
+        {"fuse": False},
+    ],
 }
 
 # Bottleneck class (as the Verifier names it) -> the knobs whose settings come first.

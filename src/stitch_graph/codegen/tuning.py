@@ -46,6 +46,11 @@ class KernelTuning(BaseModel):
         default=True,
         description="Convolutions through cuDNN; False: generated im2col + cuBLAS or direct kernels.",
     )
+    rnn_library: bool = Field(
+        default=False,
+        description="True: a recurrent layer runs as PyTorch's own (cuDNN) RNN, declared as left "
+        "to PyTorch; the tuner takes it only when it is faster than the generated steps.",
+    )
     gemm_algo: int = Field(
         default=0,
         description="GEMM library call: 0 cublasSgemm (as eager runs it); N > 0 cuBLASLt's N-th "

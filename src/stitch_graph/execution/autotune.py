@@ -340,7 +340,10 @@ class _Tuner:
             except EmitError:
                 continue
             ident = _program_id(candidate)
-            if ident in seen or candidate.declared_torch_ops != self.program.declared_torch_ops:
+            # a setting must not leave more to PyTorch, unless it names a library anchor
+            anchored = bool(setting.get("rnn_library"))
+            same_ops = candidate.declared_torch_ops == self.program.declared_torch_ops
+            if ident in seen or not (same_ops or anchored):
                 continue
             seen.add(ident)
             tried += 1
