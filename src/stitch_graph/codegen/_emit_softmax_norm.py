@@ -298,10 +298,6 @@ class _SoftmaxNormEmitter(_EmitterBase):
         elif op not in ("softmax", "log_softmax"):
             eps_lit = _literal(eps or 1e-5)
 
-        def uses(name: str, decl: str, lines: list[str]) -> list[str]:
-            """``[decl]`` when a line reads the variable ``name``, else nothing."""
-            return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
-
         def affine_vector(ref: Any) -> bool:
             if not isinstance(ref, Ref) or affine_idx != "k":
                 return False
@@ -356,7 +352,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
             pre = self.exprs(g.prologue, shape, "i", env, load_args)
             value = self.value_of(src, shape, "i", env, load_args)
             if vec:
-                i_decl = uses("i", f"const {index} i = j * 4 + l;", [*pre, value])
+                i_decl = _declared("i", f"const {index} i = j * 4 + l;", [*pre, value])
                 load = slots(
                     [*i_decl, *pre, f"{s} = {value};"],
                     [f"const {index} j = r * {nu} + u;", *vec_loads(load_args.vec_refs, "j")],
@@ -428,7 +424,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
                     f"{otype} o[4];",
                 ]
                 body = [f"const {index} k = u * 4 + l;"] if uses_k else []
-                body += uses("i", f"const {index} i = j * 4 + l;", [*pre2, *post])
+                body += _declared("i", f"const {index} i = j * 4 + l;", [*pre2, *post])
                 body += [*pre2, *post, f"o[l] = {result};"]
                 tail = ["reinterpret_cast<float4*>(out)[j] = make_float4(o[0], o[1], o[2], o[3]);"]
                 write = slots(body, head, tail)
