@@ -10,6 +10,7 @@ nvcc) takes well under a second, where PyTorch's extension builder takes about a
 from __future__ import annotations
 
 import ctypes
+import importlib
 import re
 import threading
 import warnings
@@ -343,9 +344,7 @@ class KernelLibrary:
         """cuBLAS through ctypes, or ``"cupy"`` where libcublas cannot be loaded."""
         blas = self.__dict__.get("_blas_handle")
         if blas is None:
-            factory = globals().get("Cublas")  # defined beside this module in an exported program
-            if factory is None:
-                from stitch_graph.runtime.cublas import Cublas as factory
+            factory = _runtime_class("Cublas", "cublas")
             try:
                 blas = factory(_loaded_library)
             except (OSError, AttributeError, RuntimeError):
@@ -358,9 +357,7 @@ class KernelLibrary:
         ``False`` where it cannot be loaded."""
         lt = self.__dict__.get("_lt_handle")
         if lt is None:
-            factory = globals().get("CublasLt")
-            if factory is None:
-                from stitch_graph.runtime.cublas import CublasLt as factory
+            factory = _runtime_class("CublasLt", "cublas")
             try:
                 lt = factory(blas.space, _loaded_library)
             except (OSError, AttributeError, RuntimeError):
@@ -371,10 +368,7 @@ class KernelLibrary:
     def _cudnn(self) -> Any:
         dnn = self.__dict__.get("_dnn")
         if dnn is None:
-            factory = globals().get("Cudnn")  # defined beside this module in an exported program
-            if factory is None:
-                from stitch_graph.runtime.cudnn import Cudnn as factory
-            dnn = self._dnn = factory(_loaded_library)
+            dnn = self._dnn = _runtime_class("Cudnn", "cudnn")(_loaded_library)
         return dnn
 
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
@@ -433,6 +427,15 @@ class KernelLibrary:
         launcher = KernelLauncher(self, name, self.signatures[name])
         setattr(self, name, launcher)
         return launcher
+
+
+def _runtime_class(name: str, module: str) -> Any:
+    """Class ``name`` of the runtime's ``module``: defined beside this module in an exported
+    program (its sources run in one namespace), else imported from the package."""
+    found = globals().get(name)
+    if found is None:
+        found = getattr(importlib.import_module(f"stitch_graph.runtime.{module}"), name)
+    return found
 
 
 def _loaded_library(stem: str) -> str | None:
