@@ -62,15 +62,17 @@ def print_report(row: dict[str, Any], top: int) -> None:
           f" {'block':>6s} {'grid':>7s}  limit")
     ranked = sorted(kernels, key=lambda k: -(k.get("duration_us") or 0.0))
     for k in ranked[:top]:
-        def cell(key: str, width: int = 6, digits: int = 0) -> str:
-            value = k.get(key)
-            return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}s}"
-
         print(
-            f"{k['name'][:44]:44s} {cell('duration_us', 8, 1)} {cell('dram_pct')} "
-            f"{cell('sm_pct')} {cell('achieved_occupancy_pct')} {cell('registers_per_thread', 5)}"
-            f" {cell('block_size')} {cell('grid_size', 7)}  {k.get('bottleneck', '')}"
+            f"{k['name'][:44]:44s} {_cell(k, 'duration_us', 8, 1)} {_cell(k, 'dram_pct')} "
+            f"{_cell(k, 'sm_pct')} {_cell(k, 'achieved_occupancy_pct')} "
+            f"{_cell(k, 'registers_per_thread', 5)} {_cell(k, 'block_size')} "
+            f"{_cell(k, 'grid_size', 7)}  {k.get('bottleneck', '')}"
         )
+
+
+def _cell(kernel: dict[str, Any], key: str, width: int = 6, digits: int = 0) -> str:
+    value = kernel.get(key)
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}s}"
 
 
 def main(argv: list[str] | None = None) -> int:
