@@ -118,18 +118,37 @@ def _two_stage_launch(
     partials: int,
     launch1: tuple[int, int],
     launch2: tuple[int, int],
+    aligned: list[str] | None = None,
 ) -> list[str]:
     """Host lines of a split reduction: a workspace of ``partials`` accumulators (16 bytes
-    each), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``."""
+    each), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``.
+    With ``aligned`` (tensors read or written as float4, ``out`` besides), both stages run as
+    their ``_v4`` twins when every one starts on a 16-byte boundary, else as the scalar pair."""
     ws = f"_ws_{g.id}"
     p1 = ", ".join([*(_py(r) for r in args.refs), ws])
     p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
-    return [
-        f"{ws} = torch.empty({partials * 16}, device=_dev, dtype=torch.uint8)",
-        f"KERNELS.{kernel}_part({launch1[0]}, {launch1[1]}, {p1})",
+    alloc_ws = f"{ws} = torch.empty({partials * 16}, device=_dev, dtype=torch.uint8)"
+    alloc_out = (
         f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
-        f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
-        f"KERNELS.{kernel}({launch2[0]}, {launch2[1]}, {p2})",
+        f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+    )
+
+    def stages(suffix: str) -> list[str]:
+        return [
+            f"KERNELS.{kernel}_part{suffix}({launch1[0]}, {launch1[1]}, {p1})",
+            f"KERNELS.{kernel}{suffix}({launch2[0]}, {launch2[1]}, {p2})",
+        ]
+
+    if aligned is None:
+        part, final = stages("")
+        return [alloc_ws, part, alloc_out, final]
+    return [
+        alloc_ws,
+        alloc_out,
+        f"if _aligned({', '.join([*aligned, out.name])}):",
+        *(f"    {line}" for line in stages("_v4")),
+        "else:",
+        *(f"    {line}" for line in stages("")),
     ]
 
 

@@ -22,7 +22,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
-from stitch_graph.codegen._emit_reduce import _SplitLoops
+from stitch_graph.codegen._emit_reduce import _SplitLoops, _two_stage_launch
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -559,13 +559,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
         twin = stream.variant(True) if vector else None
         if twin is not None and twin.args.refs != scalar.args.refs:
             twin = None
+        if split:
+            loops = _SplitLoops(rows, length, block, index, offset, acc, most=1024, align=4)
+            return self._split_row_op(g, kernel, loops, scalar, twin)
         out_alloc = (
             f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
             f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
         )
-        if split:
-            loops = _SplitLoops(rows, length, block, index, offset, acc, most=1024, align=4)
-            return [out_alloc, *self._split_row_op(g, kernel, loops, scalar, twin)]
         if mode == "warp":
             warps = block // 32
             row_loop = (
@@ -657,25 +657,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
             ]
             self.kernels.append("\n".join(part))
             self.kernels.append("\n".join(write))
-        ws = f"_ws_{g.id}"
         blocks = loops.rows * loops.splits
-        p1 = ", ".join([*(_py(r) for r in scalar.args.refs), ws])
-        p2 = ", ".join([*(_py(r) for r in scalar.args.refs), ws, out.name])
-
-        def launches(suffix: str) -> list[str]:
-            return [
-                f"KERNELS.{kernel}_part{suffix}({blocks}, {loops.block}, {p1})",
-                f"KERNELS.{kernel}{suffix}({blocks}, {loops.block}, {p2})",
-            ]
-
-        lines = [f"{ws} = torch.empty({blocks * 16}, device=_dev, dtype=torch.uint8)"]
-        if twin is None:
-            return [*lines, *launches("")]
-        names = ", ".join([*(_py(r) for r in twin.aligned), out.name])
-        return [
-            *lines,
-            f"if _aligned({names}):",
-            *(f"    {line}" for line in launches("_v4")),
-            "else:",
-            *(f"    {line}" for line in launches("")),
-        ]
+        launch = (blocks, loops.block)
+        aligned = None if twin is None else [_py(r) for r in twin.aligned]
+        args = scalar.args
+        return _two_stage_launch(g, kernel, out, args, args, blocks, launch, launch, aligned)
