@@ -162,7 +162,16 @@ def evaluate(entries: list[Entry], *, dynamic: bool, settings: Any = None) -> li
         row["rubric"] = judgement.flags_hack
         row["rubric_anti_hacking"] = judgement.anti_hacking.score
         rows.append(row)
+        # one line per program as it finishes, so a run cut short still shows what it reached
+        print(_progress(row), file=sys.stderr, flush=True)
     return rows
+
+
+def _progress(row: dict[str, Any]) -> str:
+    dynamic = "not run" if row["dynamic"] is None else row["dynamic_detail"]
+    seconds = f" in {row['dynamic_seconds']} s" if "dynamic_seconds" in row else ""
+    static = ", ".join(row["static_rules"]) or "clean"
+    return f"{row['group']}/{row['name']}: static {static}; dynamic {dynamic}{seconds}"
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, int | None]]:

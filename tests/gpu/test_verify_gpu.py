@@ -92,7 +92,7 @@ def test_a_later_candidate_of_a_verified_problem_is_fast_when_warm(settings, exe
     assert elapsed <= 3.0, f"{elapsed:.2f} s ({verdict.seconds})"
 
 
-def _verify(settings, cwd, *paths):
+def _verify_command(settings, cwd, *paths):
     """``stitch-graph verify PATHS... --json`` in its own process, with the tests' work dir."""
     command = [sys.executable, "-m", "stitch_graph.cli", "verify", *map(str, paths), "--json"]
     return subprocess.run(
@@ -106,7 +106,7 @@ def _verify(settings, cwd, *paths):
 
 def test_the_command_exits_0_and_prints_speedups(settings, tmp_path):
     entry = next(e for e in ENTRIES if e.name == "cupy_rawkernel_float4")
-    proc = _verify(settings, tmp_path, entry.problem_path, entry.path)
+    proc = _verify_command(settings, tmp_path, entry.problem_path, entry.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = json.loads(proc.stdout)
     assert verdict["verdict"] == "accepted" and verdict["timing"]["eager_ms"] > 0
@@ -132,7 +132,7 @@ def test_the_command_verifies_later_candidates_warm(settings, tmp_path):
     """Several candidates in one command: the second reuses the reference and a warm worker."""
     by_name = {e.name: e for e in ENTRIES}
     first, later = by_name["cupy_rawkernel_lazy"], by_name["cupy_rawkernel_arrays"]
-    proc = _verify(settings, tmp_path, first.problem_path, first.path, later.path)
+    proc = _verify_command(settings, tmp_path, first.problem_path, first.path, later.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdicts = json.loads(proc.stdout)
     assert [v["verdict"] for v in verdicts] == ["accepted", "accepted"]
