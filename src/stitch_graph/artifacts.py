@@ -217,6 +217,7 @@ class OutputCheck(BaseModel):
     nonfinite_ok: bool = True
     aliases_input: bool = False
     unwritten: bool = False
+    unjoined: bool = False  # not complete on the current stream when the call returned
 
 
 FailedSide = Literal["candidate", "reference"]

@@ -76,6 +76,22 @@ def test_merge_takes_the_worst_and_flags_are_reported():
     assert "never written" in summarize_checks([merged], **TOL)
     aliased = OutputCheck(index=1, aliases_input=True)
     assert "aliases an input" in summarize_checks([aliased], **TOL)
+    late = merge_checks([OutputCheck(index=2), OutputCheck(index=2, unjoined=True)])
+    assert late.unjoined and "did not join" in summarize_checks([late], **TOL)
+
+
+def test_a_copy_taken_before_the_work_finished_differs():
+    from stitch_graph.execution.candidate import _differs
+
+    final = torch.randn(6, 7)
+    early = final.clone()
+    early[3:] = float("nan")  # poisoned memory the side stream had not written yet
+    assert _differs(early, final)
+    assert not _differs(final.clone(), final)
+    both_nan = torch.full((3,), float("nan"))
+    assert not _differs(both_nan, both_nan.clone())  # nothing wrote it, before or after
+    assert _differs(torch.zeros(4, dtype=torch.int64), torch.ones(4, dtype=torch.int64))
+    assert not _differs(None, final) and not _differs(final[:2], final)
 
 
 def test_flatten_outputs():

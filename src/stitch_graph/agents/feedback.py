@@ -75,6 +75,8 @@ def test_feedback(test: TestResult) -> Feedback:
             problems.append("wrong dtype")
         if check.unwritten:
             problems.append("elements left unwritten")
+        if check.unjoined:
+            problems.append("output still being written on another stream when forward returned")
         if check.aliases_input:
             problems.append("output aliases an input")
         if not check.nonfinite_ok:

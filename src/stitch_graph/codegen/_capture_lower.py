@@ -36,7 +36,11 @@ from stitch_graph.codegen._capture_names import (
     _rewrite_call,
     _variant,
 )
-from stitch_graph.codegen._capture_passes import _eliminate_dead, _insert_copies
+from stitch_graph.codegen._capture_passes import (
+    _eliminate_dead,
+    _insert_copies,
+    _split_library_bias,
+)
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -214,6 +218,7 @@ def _lower(
         writes.record(fx_node)
     _eliminate_dead(ir)
     _insert_copies(ir)
+    _split_library_bias(ir)
     return ir
 
 

@@ -1,8 +1,9 @@
-"""Passes over the lowered IR: drop the nodes nothing reads, then give the kernels that need
-contiguous operands a copy of each strided view they read.
+"""Passes over the lowered IR: drop the nodes nothing reads, give the kernels that need
+contiguous operands a copy of each strided view they read, then take the bias off library
+convolutions and linears whose result only feeds a row kernel.
 
-They run once the whole graph is lowered: the first needs every node's users, the second every
-operand's final layout.
+They run once the whole graph is lowered: they need every node's users and every operand's
+final layout.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from stitch_graph.codegen._capture_base import _to_meta
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, matrix_layout
-from stitch_graph.codegen.ops import lookup
+from stitch_graph.codegen.ops import INDEXED, lookup
 
 
 def _eliminate_dead(ir: ProgramIR) -> None:
@@ -65,6 +66,100 @@ def _insert_copies(ir: ProgramIR) -> None:
         new_nodes.append(node)
     ir.nodes = new_nodes
     _relayout_views(ir)
+
+
+_PROLOGUE_KINDS = ("reduction", "norm", "softmax", "pool", "scan")
+
+
+def _feeds_one_row_kernel(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> bool:
+    """Whether ``node``'s value reaches exactly one reduction, norm, softmax, pool or scan as
+    its input, through same-shape pointwise ops that nothing else reads."""
+    outputs = {r.name for r in ir.outputs if r.kind == "node"}
+    name = node.name
+    while len(users.get(name, [])) == 1 and name not in outputs:
+        reader = ir.node(users[name][0])
+        info = lookup(reader.op)
+        if info is None:
+            return False
+        if info.kind == "pointwise" and reader.op not in INDEXED and reader.shape == node.shape:
+            name = reader.name
+            continue
+        return (
+            info.kind in _PROLOGUE_KINDS
+            and reader.args.get("input") == Ref("node", name)
+            and ir.shapes.get(Ref("node", name)) == node.shape
+        )
+    return False
+
+
+def _split_library_bias(ir: ProgramIR) -> None:
+    """Compute the bias of a convolution or ``linear`` as a pointwise add after the library call
+    when the result feeds one row kernel (``conv -> softmax``, ``linear -> group_norm``).
+
+    The scheduler hands an anchor's pointwise epilogue to such a consumer as its prologue
+    (computed on load), so the library writes its result once and nothing re-reads it to add
+    the bias: one pass through memory and one launch fewer. The add takes the node's name, so
+    every reader is unchanged; the library call becomes ``<name>_nobias``.
+    """
+    users = ir.users()
+    new_nodes: list[OpNode] = []
+    for node in ir.nodes:
+        info = lookup(node.op)
+        bias = node.args.get("bias")
+        library = info is not None and (info.kind == "conv" or node.op == "linear")
+        if not (library and isinstance(bias, Ref) and node.dtype == "float32"):
+            new_nodes.append(node)
+            continue
+        if len(node.shape) < 2 or not _feeds_one_row_kernel(ir, node, users):
+            new_nodes.append(node)
+            continue
+        raw = Ref("node", f"{node.name}_nobias")
+        ir.shapes[raw] = node.shape
+        ir.strides[raw] = contiguous_strides(node.shape)
+        ir.dtypes[raw] = node.dtype
+        new_nodes.append(
+            OpNode(
+                raw.name,
+                node.op,
+                {**node.args, "bias": None},
+                node.shape,
+                node.dtype,
+                node.call,
+                [None if a == bias else a for a in node.call_args],
+                {k: None if v == bias else v for k, v in node.call_kwargs.items()},
+                dict(node.attrs),
+            )
+        )
+        addend = bias
+        if info.kind == "conv":  # per channel (dim 1), as ``bias.view(C, 1, ...)`` would read it
+            addend = Ref("node", f"{node.name}_bias")
+            per_channel = (node.shape[1],) + (1,) * (len(node.shape) - 2)
+            ir.shapes[addend] = per_channel
+            ir.strides[addend] = contiguous_strides(per_channel)
+            ir.dtypes[addend] = ir.dtypes.get(bias, "float32")
+            new_nodes.append(
+                OpNode(
+                    addend.name,
+                    "view",
+                    {"input": bias, "shape": list(per_channel)},
+                    per_channel,
+                    ir.dtypes[addend],
+                    ".view",
+                    [bias, *per_channel],
+                )
+            )
+        new_nodes.append(
+            OpNode(
+                node.name,
+                "add",
+                {"input": raw, "other": addend, "alpha": 1},
+                node.shape,
+                node.dtype,
+                "operator.add",
+                [raw, addend],
+            )
+        )
+    ir.nodes = new_nodes
 
 
 def _relayout_views(ir: ProgramIR) -> None:

@@ -12,7 +12,9 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
   result back over the reduced input's shape, ``x * rsqrt(mean(x * x) + eps)`` or
   ``x / x.sum(-1, keepdim=True)``: each row is reduced, then rewritten, in one kernel;
 * GEMMs are cuBLAS anchors and convolutions (plain or transposed) anchors; both take epilogues
-  (linear's bias included) but no prologue;
+  (linear's bias included) but no prologue; when a reduction, norm, softmax, pool or scan is the
+  only reader, the epilogue becomes that kernel's prologue instead and the library's result is
+  written once (the capture then computes such an anchor's bias as a pointwise add);
 * pointwise ops that read their operands at other positions than the output's (cat, flip,
   gather, ...: ``ops.INDEXED``) never absorb their producers, whose values must be in memory;
 * LSTM and GRU layers are anchors of their own (cuBLAS GEMMs and one gate kernel a time step);
@@ -331,6 +333,13 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
 
 
+def _same_shape_chain(ir: ProgramIR, g: Group) -> bool:
+    """Whether every epilogue node of a library anchor has the anchor's shape (no keepdim
+    reduction broadcast back into it), so that it can be computed on a consumer's load."""
+    shape = ir.node(g.anchor or "").shape
+    return all(ir.node(m).shape == shape for m in g.epilogue)
+
+
 def schedule_program(ir: ProgramIR) -> list[Group]:
     """Fuse the program's nodes into groups, in execution order.
 
@@ -402,12 +411,19 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             g = group_of.get(src.name)
             if (
                 g is not None
-                and g.anchor is None
                 and g.output == src.name
                 and users[src.name] == [node.name]
                 and ir.shapes[src] == ir.shapes[Ref("node", g.output)]
             ):
-                absorb(group, g, as_prologue=True)
+                if g.anchor is None:
+                    absorb(group, g, as_prologue=True)
+                elif g.kind in ("conv", "gemm") and g.epilogue and _same_shape_chain(ir, g):
+                    # the library writes its result once; the epilogue runs on this kernel's load
+                    group.prologue.extend(g.epilogue)
+                    for m in g.epilogue:
+                        group_of[m] = group
+                    g.epilogue = []
+                    g.output = g.anchor or g.output
     for g in groups:
         g.prologue.sort(key=order.__getitem__)
         g.epilogue.sort(key=order.__getitem__)

@@ -4,7 +4,10 @@ The worker seeds exactly as the reference worker did, builds ``ModelNew(*init)``
 reference's parameters where names and shapes match, and runs every trial on the reference's saved
 input draws. Inputs are refilled in place before each call (so a cache keyed by pointer misses).
 Each trial runs twice: once after NaN-poisoning the allocator's free blocks and once after
-zero-poisoning them; an element that is NaN only in the first run was never written. Outputs are
+zero-poisoning them; an element that is NaN only in the first run was never written. In the first
+run the current stream is held busy while forward is called and the outputs are copied on it as
+the call returns; an output whose copy differs from its value after a sync was still being
+written on a stream forward did not join back. Outputs are
 checked for sharing memory with inputs, then saved; the parent compares them with the reference
 outputs, which the candidate's process never loads. The candidate is timed in the same worker.
 
@@ -96,6 +99,31 @@ def _poison(specs: list[dict[str, Any]], byte: int) -> None:
     del blocks  # back to the caching allocator, poisoned; the candidate's torch.empty gets them
 
 
+_HOLD_CYCLES = 2_000_000  # about a millisecond of a spinning kernel at H100/H200 clocks
+
+
+def _hold_current_stream() -> None:
+    """Keep the current stream busy while forward is called, so that work it launches on other
+    streams (after joining this one) is still running when the snapshot queued behind the hold
+    copies the outputs: an output forward did not join back then differs from its final value."""
+    import torch
+
+    torch.cuda._sleep(_HOLD_CYCLES)
+
+
+def _differs(snapshot: Any, value: Any) -> bool:
+    """Whether the copy taken as forward returned differs from the value after a sync (NaN
+    equal to NaN: poisoned memory that no one writes is the same in both)."""
+    import torch
+
+    if not isinstance(snapshot, torch.Tensor) or snapshot.shape != value.shape:
+        return False
+    differ = snapshot != value
+    if snapshot.is_floating_point() or snapshot.is_complex():
+        differ &= ~(torch.isnan(snapshot) & torch.isnan(value))
+    return bool(differ.any().item())
+
+
 def _call(model: Any, args: list[Any]) -> list[Any]:
     import torch
 
@@ -163,13 +191,17 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     saved: list[list[Any]] = []
     for draw in draws:
         refill(args, draw)
+        snapshot: list[Any] = []
         if cuda:
             _poison(specs, 0xFF)
+            _hold_current_stream()
         first = _call(model, args)
         if cuda:
+            # copied on the current stream as the call returns: what a caller would read
+            snapshot = [v.clone() if isinstance(v, torch.Tensor) else None for v in first]
             torch.cuda.synchronize()
         info = []
-        for value in first:
+        for i, value in enumerate(first):
             is_tensor = isinstance(value, torch.Tensor)
             info.append(
                 {
@@ -178,8 +210,10 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
                     "dtype": str(value.dtype) if is_tensor else type(value).__name__,
                     "aliases_input": aliases_any(value, args),
                     "unwritten": False,
+                    "unjoined": _differs(snapshot[i], value) if snapshot else False,
                 }
             )
+        del snapshot
         kept = [v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for v in first]
         if cuda:
             nan_first = [
@@ -373,6 +407,7 @@ def judge_candidate(
             meta = info["outputs"][i] if i < len(info["outputs"]) else {}
             check.aliases_input = bool(meta.get("aliases_input", False))
             check.unwritten = bool(meta.get("unwritten", False))
+            check.unjoined = bool(meta.get("unjoined", False))
             per_output.setdefault(i, []).append(check)
     checks = [merge_checks(per_output[i]) for i in sorted(per_output)]
     reason = count_reason or summarize_checks(checks, atol=atol, rtol=rtol)

@@ -148,6 +148,7 @@ def merge_checks(checks: Sequence[OutputCheck]) -> OutputCheck:
         merged.nonfinite_ok &= c.nonfinite_ok
         merged.aliases_input |= c.aliases_input
         merged.unwritten |= c.unwritten
+        merged.unjoined |= c.unjoined
         merged.max_abs_error = max(merged.max_abs_error, c.max_abs_error)
         merged.max_rel_error = max(merged.max_rel_error, c.max_rel_error)
         merged.mismatch_fraction = max(merged.mismatch_fraction, c.mismatch_fraction)
@@ -166,6 +167,11 @@ def summarize_checks(checks: Sequence[OutputCheck], *, atol: float, rtol: float)
             return f"{where}: aliases an input (shares its memory)"
         if c.unwritten:
             return f"{where}: some elements were never written (poisoned memory came back)"
+        if c.unjoined:
+            return (
+                f"{where}: not complete on the current stream when forward returned (work on "
+                "another stream that forward did not join back)"
+            )
         if not c.nonfinite_ok:
             return f"{where}: NaN or Inf where the reference is finite"
         if c.mismatch_fraction > 0:

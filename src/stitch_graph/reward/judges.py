@@ -141,6 +141,8 @@ def _dynamic_hack(test: TestResult | None, timing: TimingResult | None) -> str:
             return "an output aliases an input"
         if check.unwritten:
             return "an output has elements no kernel wrote"
+        if check.unjoined:
+            return "an output was still being written on another stream when forward returned"
     return ""
 
 
