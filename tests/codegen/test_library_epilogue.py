@@ -2,7 +2,8 @@
 
 ``conv -> softmax``, ``conv -> group_norm``, ``linear -> * scale -> layer_norm``: cuDNN or cuBLAS
 writes its result once, and the row kernel adds the bias (and runs the rest of the epilogue) as it
-loads, instead of a pointwise kernel reading and writing the whole result in between. Checked on
+loads, instead of a pointwise kernel reading and writing the whole result in between. Such row
+ops over the channels of NCHW read strided rows: many short ones take a thread each. Checked on
 the CPU against PyTorch, and compiled with nvcc where it is installed.
 """
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import capture_program, plan_program
+from stitch_graph.codegen import _emit_softmax_norm, capture_program, plan_program
+from stitch_graph.codegen.tuning import KernelTuning, Tuning
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
@@ -102,3 +104,20 @@ def test_a_second_reader_keeps_the_bias_with_the_library_call() -> None:
     ir = capture_program(load_task(source, run_reference=False))
     conv = next(n for n in ir.nodes if n.op == "conv2d")
     assert conv.args["bias"] is not None and not conv.name.endswith("_nobias")
+
+
+@pytest.mark.parametrize(
+    ("name", "tuning", "mode"),
+    [
+        ("conv_softmax", None, "thread per row"),
+        ("conv_softmax", Tuning(default=KernelTuning(rows_per_block=2)), "warp per row"),
+    ],
+)
+def test_many_short_strided_rows_take_a_thread_each(
+    name: str, tuning: Tuning | None, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_emit_softmax_norm, "_THREAD_ROWS", 16)  # what a CPU check can afford
+    task, program = generate_checked(_source(name), tuning)
+    assert f"row(s) of 8, {mode}" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+

@@ -36,6 +36,23 @@ def _row_mode(tun: KernelTuning, length: int) -> str:
     return "warp" if length <= 1024 else "block"
 
 
+_THREAD_ROWS = 16384  # strided rows a thread each: enough of them to fill an H200's SMs
+_THREAD_ROW_LENGTH = 32  # at most this many values a thread, held in registers
+
+
+def _thread_per_row(tun: KernelTuning, length: int, rows: int, contiguous: bool) -> bool:
+    """A thread per row for many short strided rows (softmax over the channels of NCHW): the
+    threads of a warp take neighbouring rows, so every load of a channel is one coalesced line,
+    where the lanes of a warp on one such row would each read another line. Only by default:
+    a tuning that names rows per block keeps its warp or block."""
+    return (
+        tun.rows_per_block == 0
+        and not contiguous
+        and length <= _THREAD_ROW_LENGTH
+        and rows >= _THREAD_ROWS
+    )
+
+
 def _declared(name: str, decl: str, lines: list[str]) -> list[str]:
     """``[decl]`` when a line reads the variable ``name``, else nothing."""
     return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
@@ -240,10 +257,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
         out = ir.node(g.output)
         if numel(out.shape) != numel(shape) or length < 1:
             return None
+        contiguous = offset == f"r * {length} + k"
         mode = _row_mode(tun, length)
+        if _thread_per_row(tun, length, rows, contiguous):
+            mode = "thread"
         vector = (
             tun.vector_width == 4
-            and offset == f"r * {length} + k"
+            and contiguous
             and length % 4 == 0
             and out.dtype == "float32"
         )
@@ -270,7 +290,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
             return 16
 
         block = min(tun.block_size, 1024)
-        if mode == "warp":
+        if mode == "thread":
+            threads, block = 1, min(block, 512)
+        elif mode == "warp":
             threads = 32
             if vpt(threads) > budget(block):
                 block = min(block, 512)  # fewer rows per block rather than spilling
@@ -283,7 +305,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
             block = threads
         if vpt(threads) > budget(block):
             return None
-        reduce_fn = "sg_warp_reduce" if mode == "warp" else "sg_block_reduce"
+        reduce_fn = {"warp": "sg_warp_reduce", "block": "sg_block_reduce"}.get(mode)
         weight, bias = node.args.get("weight"), node.args.get("bias")
         # the scheduler gives prologue values one reader; re-evaluate them if the epilogue reads any
         prologue = set(g.prologue)
@@ -366,11 +388,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
             # statistics from the registers
             def reduce(name: str, body: list[str]) -> list[str]:
                 acc = "SgMax" if name == "mx" else "SgSum"
-                return [
-                    f"{acc} {name} = {acc}::init();",
-                    *slots(body),
-                    f"{name} = {reduce_fn}({name});",
-                ]
+                combine = [f"{name} = {reduce_fn}({name});"] if reduce_fn else []
+                return [f"{acc} {name} = {acc}::init();", *slots(body), *combine]
 
             if op in ("softmax", "log_softmax"):
                 stats = reduce("mx", [f"mx.update({s}, 0);"])
@@ -434,7 +453,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
                     [f"const {index} k = u;", f"const {index} i = {offset};"],
                 )
 
-            if mode == "warp":
+            if mode == "thread":
+                tid = "0"
+                row_loop = (
+                    f"for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; "
+                    f"r < {rows}; r += ({index})gridDim.x * {block})"
+                )
+            elif mode == "warp":
                 warps = block // 32
                 tid = "threadIdx.x & 31"
                 row_loop = (
@@ -463,7 +488,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
                     aligned.append(ref)
             return src_lines, args, aligned
 
-        if mode == "warp":
+        if mode == "thread":
+            grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
+        elif mode == "warp":
             grid = max(1, min(math.ceil(rows / (block // 32)), _MAX_GRID))
         else:
             grid = max(1, min(rows, 65535))
