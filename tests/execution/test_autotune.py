@@ -17,7 +17,7 @@ from stitch_graph.codegen import (
     groups_from_plan,
     plan_program,
 )
-from stitch_graph.codegen.space import SPACES, narrow_space, tuning_space
+from stitch_graph.codegen.space import SPACES, narrow_space, space_kind, tuning_space
 from stitch_graph.execution.autotune import TuningCache, autotune
 from stitch_graph.task import load_task
 
@@ -71,6 +71,14 @@ def test_every_kind_declares_a_space_that_starts_with_the_current_setting():
         assert space[0] == base
         assert len(space) == len({s.model_dump_json() for s in space}) > 1
     assert set(SPACES) >= {"pointwise", "reduction", "softmax", "norm", "conv"}
+
+
+def test_a_transposed_convolution_times_the_generated_path_first():
+    assert space_kind("conv", "conv_transpose3d") == "conv_transpose"
+    assert space_kind("conv", "conv2d") == "conv" and space_kind("norm", None) == "norm"
+    space = tuning_space("conv_transpose", KernelTuning())
+    assert space[0].conv_library and not space[1].conv_library
+    assert tuning_space("conv", KernelTuning())[1].conv_library  # cuDNN's engines first
 
 
 def test_a_bottleneck_moves_its_knobs_first():

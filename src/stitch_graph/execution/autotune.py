@@ -37,7 +37,7 @@ from stitch_graph.codegen import (
     estimate_us,
     groups_from_plan,
 )
-from stitch_graph.codegen.space import narrow_space, tuning_space
+from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
 from stitch_graph.execution._common import build_on
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
@@ -156,7 +156,10 @@ def autotune(
 
     report = TuningReport(device=device)
     groups = groups_from_plan(ir, plan)
-    kinds = {group.id: group.kind for group in groups}
+    kinds = {
+        group.id: space_kind(group.kind, ir.node(group.anchor).op if group.anchor else None)
+        for group in groups
+    }
     # heaviest kernels first (roofline estimate), so a budget cut leaves the light ones
     cost = {group.id: estimate_us(ir, group) for group in groups}
     order = sorted(plan.items, key=lambda i: -cost.get(i.id, 0.0))
