@@ -239,6 +239,29 @@ def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path)
     assert timer.calls > 0
 
 
+def test_a_search_the_budget_cut_is_searched_again_next_run(softmax_program, tmp_path):
+    """Only whole searches are cached: a cut one stored as its best so far would keep the next
+    run, with more budget, from ever timing the rest of the space."""
+    task, ir, plan = softmax_program
+    cache = TuningCache(tmp_path)
+    clock = Clock()
+    scripted = ScriptedTimer({1024: 0.5})
+
+    def one_second_each(candidate):
+        clock.now += 1.0
+        return scripted(candidate)
+
+    _, cut = autotune(ir, plan, task, one_second_each, cache=cache, budget_s=10.0, clock=clock)
+    first = {c.item: c for c in cut.choices}
+    assert "budget" in cut.note and 0 < first["k1"].tried < len(tuning_space("softmax")) - 1
+    _, again = autotune(ir, plan, task, ScriptedTimer({1024: 0.5}), cache=cache)
+    second = {c.item: c for c in again.choices}
+    assert second["program"].cached  # searched whole in the first run
+    assert not second["k1"].cached and second["k1"].tried > first["k1"].tried
+    _, third = autotune(ir, plan, task, ScriptedTimer({}), cache=cache)
+    assert all(c.cached for c in third.choices)  # the whole searches of run two were kept
+
+
 def test_cache_keys_depend_on_what_decides_the_choice(softmax_program):
     task, ir, plan = softmax_program
     program = emit_candidate(ir, plan)

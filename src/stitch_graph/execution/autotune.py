@@ -15,7 +15,8 @@ timed again in turns; unless the tuned one is still clearly faster, the base is 
 Choices are cached on disk (``TuningCache``) under a key of what determines them: the program
 text the kernel sits in (which holds its template and shapes), the task's input specs, the GPU and
 the CUDA toolkit. A second run on the same problem and machine reuses them without timing
-anything. ``GpuTimer`` is the ``measure`` that runs on a GPU, with the Verifier's timing rules.
+anything. Only searches that covered their whole space are cached: one the budget cut short is
+searched again by the next run, which may have more budget. ``GpuTimer`` is the ``measure`` that runs on a GPU, with the Verifier's timing rules.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def autotune(
     # heaviest kernels first (roofline estimate), so a budget cut leaves the light ones
     cost = {group.id: estimate_us(ir, group) for group in groups}
     order = sorted(plan.items, key=lambda i: -cost.get(i.id, 0.0))
-    timed: list[tuple[str, str]] = []  # (cache key, item) of the choices measured in this run
+    timed: list[tuple[str, str, bool]] = []  # (cache key, item, whole space searched) this run
     for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in order)]:
         if spent():
             report.note = f"budget of {budget_s:.0f} s spent before {item}"
@@ -198,7 +199,7 @@ def autotune(
                     )
                 ]
             )
-            tried = tuner.search(item, space, spent)
+            tried, complete = tuner.search(item, space, spent)
             choice = KernelChoice(
                 item=item,
                 kind=kind,
@@ -207,8 +208,9 @@ def autotune(
                 base_ms=base_ms,
                 best_ms=tuner.current_ms(),
             )
-            timed.append((key, item))
-            if cache is not None:
+            # a search the budget cut short is no choice to keep: the next run searches again
+            timed.append((key, item, complete))
+            if cache is not None and complete:
                 cache.put(
                     key,
                     {
@@ -224,7 +226,9 @@ def autotune(
         )
         for choice in report.choices:
             choice.setting, choice.best_ms = {}, choice.base_ms
-        for key, item in timed if cache is not None else ():
+        for key, item, complete in timed if cache is not None else ():
+            if not complete:
+                continue
             cache.put(key, {"setting": tuner.setting(item), "base_ms": None, "best_ms": None})
     measured = [c for c in report.choices if not c.cached]
     report.base_ms = measured[0].base_ms if measured else None
@@ -329,13 +333,17 @@ class _Tuner:
         self.program = emit_candidate(self.ir, self.plan, tuning=self.tuning)
         self._measured = False
 
-    def search(self, item: str, space: list[dict[str, Any]], spent: Callable[[], bool]) -> int:
+    def search(
+        self, item: str, space: list[dict[str, Any]], spent: Callable[[], bool]
+    ) -> tuple[int, bool]:
         """Time each distinct program of ``space``; keep the clearly fastest. Returns how many
-        programs were timed."""
+        programs were timed, and whether the whole space was (``False``: the budget ended)."""
         seen = {_program_id(self.program)}
         tried = 0
+        complete = True
         for setting in space:
             if spent():
+                complete = False
                 break
             trial = self._with(item, setting)
             try:
@@ -356,7 +364,7 @@ class _Tuner:
                 self.tuning, self.program, self._ms = trial, candidate, ms
         if item != _PROGRAM:  # explicit, so a run from the cache gives an equal tuning
             self.tuning.kernels[item] = self.tuning.for_item(item)
-        return tried
+        return tried, complete
 
 
 # ----------------------------------------------------------------------------------------------
