@@ -8,6 +8,8 @@ reduction and mostly from cache for the rewrite. Checked on the CPU with CUDA's 
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 
 from stitch_graph.codegen import schedule
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
+from stitch_graph.toolchain.nvcc import find_nvcc
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _PROBLEM = """
@@ -134,3 +137,22 @@ def test_unfused_on_feedback_the_rewrite_becomes_a_pointwise_kernel(tmp_path: Pa
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
     assert [k.removesuffix("_v4")[-1] for k in kernels.launched] == ["p", "t", "e"]
+
+
+@pytest.mark.usefixtures("few_rows")
+@pytest.mark.skipif(find_nvcc() is None, reason="counts loads in nvcc's PTX")
+def test_a_short_strided_row_is_read_from_memory_once(tmp_path: Path) -> None:
+    """RMS norm over 64 channels of NCHW, a thread per row: both loops unrolled whole, so nvcc
+    keeps the row's values in registers for the rewrite (64 global loads, not 128)."""
+    body = "return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)"
+    task, program = _generate(body, (2, 64, 4, 8))
+    assert "thread per row" in program.kernel_source
+    (tmp_path / "k.cu").write_text(program.kernel_source)
+    ptx = tmp_path / "k.ptx"
+    subprocess.run(
+        [find_nvcc(), "-arch=sm_90", "-ptx", "-o", str(ptx), str(tmp_path / "k.cu")], check=True
+    )
+    entries = re.split(r"\.entry\s+", ptx.read_text())[1:]
+    kernel = next(e for e in entries if "ld.global" in e)
+    assert kernel.count("ld.global") == 64
+    check_on_cpu(task, program, tmp_path, cooperative=True)
