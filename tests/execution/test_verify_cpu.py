@@ -80,3 +80,21 @@ def test_worker_memory_follows_the_machine_unless_set():
     assert RunSettings().worker_memory_mb == share  # half of this machine, not a fixed 16 GiB
     assert RunSettings(memory_limit_mb=2048).worker_memory_mb == 2048
     assert machine_memory_share_mb(0.25) <= share
+
+
+RANDOM_PROBLEM = PROBLEM.replace(
+    "return torch.relu(self.lin(x))", "return torch.relu(self.lin(x) + torch.randn_like(x))"
+)
+
+
+def test_draws_made_in_forward_are_the_same_on_both_sides(env):
+    """Like an LSTM's random initial state: the RNG is seeded before each trial's forward in
+    both workers, although the candidate's worker also ran warm-up calls before."""
+    _, settings, pool = env
+    task = Task(name="lin_relu_noise", source=RANDOM_PROBLEM)
+    honest = "        return torch.relu(self.lin(x) + torch.randn_like(x))"
+    outcome = verify_candidate(task, _host(honest), settings, executor=pool, device="cpu")
+    assert outcome.test.status == "passed", outcome.test.reason
+    drop = "        return torch.relu(self.lin(x))"  # leaving the draw out is still wrong
+    outcome = verify_candidate(task, _host(drop), settings, executor=pool, device="cpu")
+    assert outcome.test.status == "failed"

@@ -23,6 +23,7 @@ __all__ = [
     "load_problem",
     "refill",
     "save",
+    "seed_forward",
     "set_tf32",
     "timing_draws",
 ]
@@ -52,6 +53,16 @@ def init_inputs(problem: dict[str, Any], seed: int) -> list[Any]:
     torch.manual_seed(seed)
     get_init = problem.get("get_init_inputs")
     return list(get_init()) if get_init is not None else []
+
+
+def seed_forward(seed: int, trial: int) -> None:
+    """Seed the RNG before trial ``trial``'s forward, in the reference's worker and the
+    candidate's alike: a model that draws in ``forward`` (``torch.randn`` initial states,
+    training dropout) then gets the same draws on both sides, whatever each worker drew before
+    (the candidate also runs warm-up and poisoned calls)."""
+    import torch
+
+    torch.manual_seed(seed + 7919 * (trial + 1))
 
 
 def _is_constant(t: Any) -> bool:

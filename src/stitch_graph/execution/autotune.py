@@ -402,7 +402,10 @@ class GpuTimer:
         self.inputs = [x.cuda() if torch.is_tensor(x) else x for x in raw]
         self._clean = [x.clone() if torch.is_tensor(x) else x for x in self.inputs]
         with torch.no_grad():
+            # seeded again before each variant's forward, so draws made in forward match
+            torch.manual_seed(seed)
             expected = self._reference(*self.inputs)
+        self._seed = seed
         self._expected = list(expected) if isinstance(expected, list | tuple) else [expected]
         self._flush = make_flush_buffer()
         self.device = torch.cuda.get_device_name()
@@ -447,6 +450,7 @@ class GpuTimer:
         torch = self._torch
         self._refill(0)
         with torch.no_grad():
+            torch.manual_seed(self._seed)
             got = model(*self.inputs)
         got = list(got) if isinstance(got, list | tuple) else [got]
         return len(got) == len(self._expected) and all(

@@ -37,6 +37,7 @@ from stitch_graph.execution._common import (
     load_problem,
     refill,
     save,
+    seed_forward,
     set_tf32,
     timing_draws,
 )
@@ -189,12 +190,14 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
         torch.cuda.synchronize()
     trials: list[dict[str, Any]] = []
     saved: list[list[Any]] = []
-    for draw in draws:
+    seed = int(payload["seed"])
+    for trial, draw in enumerate(draws):
         refill(args, draw)
         snapshot: list[Any] = []
         if cuda:
             _poison(specs, 0xFF)
             _hold_current_stream()
+        seed_forward(seed, trial)
         first = _call(model, args)
         if cuda:
             # copied on the current stream as the call returns: what a caller would read
@@ -225,6 +228,7 @@ def run_candidate_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
             del first
             refill(args, draw)
             _poison(specs, 0x00)
+            seed_forward(seed, trial)
             second = _call(model, args)
             torch.cuda.synchronize()
             for i, (mask, value) in enumerate(zip(nan_first, second, strict=False)):

@@ -34,6 +34,7 @@ from stitch_graph.execution._common import (
     load_problem,
     refill,
     save,
+    seed_forward,
     set_tf32,
     timing_draws,
 )
@@ -117,8 +118,9 @@ def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     outputs: list[list[Any]] = []
     out_specs: list[dict[str, Any]] = []
     with torch.no_grad():
-        for draw in draws:
+        for trial, draw in enumerate(draws):
             args = clone_to(draw, device)
+            seed_forward(seed, trial)
             flat = flatten_outputs(model(*args))
             for i, value in enumerate(flat):
                 if not isinstance(value, torch.Tensor):
