@@ -16,7 +16,8 @@ Choices are cached on disk (``TuningCache``) under a key of what determines them
 text the kernel sits in (which holds its template and shapes), the task's input specs, the GPU and
 the CUDA toolkit. A second run on the same problem and machine reuses them without timing
 anything. Only searches that covered their whole space are cached: one the budget cut short is
-searched again by the next run, which may have more budget. ``GpuTimer`` is the ``measure`` that runs on a GPU, with the Verifier's timing rules.
+searched again by the next run, which may have more budget. ``GpuTimer`` is the ``measure``
+that runs on a GPU, with the Verifier's timing rules.
 """
 
 from __future__ import annotations

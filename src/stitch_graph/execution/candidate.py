@@ -4,12 +4,13 @@ The worker seeds exactly as the reference worker did, builds ``ModelNew(*init)``
 reference's parameters where names and shapes match, and runs every trial on the reference's saved
 input draws. Inputs are refilled in place before each call (so a cache keyed by pointer misses).
 Each trial runs twice: once after NaN-poisoning the allocator's free blocks and once after
-zero-poisoning them; an element that is NaN only in the first run was never written. In the first
-run the current stream is held busy while forward is called and the outputs are copied on it as
-the call returns; an output whose copy differs from its value after a sync was still being
-written on a stream forward did not join back. Outputs are
-checked for sharing memory with inputs, then saved; the parent compares them with the reference
-outputs, which the candidate's process never loads. The candidate is timed in the same worker.
+zero-poisoning them; an element that is NaN only in the first run was never written. In the
+first run the current stream is held busy while forward is called and the outputs are copied on
+it as the call returns; an output whose copy differs from its value after a sync was still being
+written on a stream forward did not join back. The RNG is seeded before each forward as the
+reference worker seeded it. Outputs are checked for sharing memory with inputs, then saved; the
+parent compares them with the reference outputs, which the candidate's process never loads. The
+candidate is timed in the same worker.
 
 On the parent side, ``prepare_for_run`` builds the program and makes sure the reference run exists,
 ``candidate_job`` describes the worker's job and ``judge_candidate`` turns its result into verdicts.
