@@ -18,6 +18,7 @@ from stitch_graph.bench import RowStore, find_problems, geomean, summarize, writ
 from stitch_graph.bench.report import write_atomic
 from stitch_graph.cli import main
 from stitch_graph.execution import gpu_available
+from tests.tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "verify_corpus"
@@ -237,19 +238,9 @@ def test_baselines_time_all_four_sides_on_a_gpu(tmp_path):
         assert out[f"{side}_ms"] and out[f"{side}_ms"] > 0, (side, out)
 
 
-def _tables():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "bench_tables", ROOT / "tools" / "bench_tables.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_docs_tables_and_the_executor_comparison():
-    tables = _tables()
+    tables = load_tool("bench_tables")
     rows = [_timed("level1/a.py", 1.0, 3.0, 1.5), _timed("level1/b.py", 2.0, 2.0, 2.0)]
     for start, row in enumerate(rows):
         row.update(seconds=10.0, finished=100.0 + 20 * start)

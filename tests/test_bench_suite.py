@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "bench_suite.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("bench_suite", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tool_scripts import load_tool
 
 
 def test_rows_are_kept_only_from_the_same_machine(tmp_path):
-    bench = load()
+    bench = load_tool("bench_suite")
     out = tmp_path / "suite.json"
     rows = [{"problem": "a.py", "outcome": "verified"}, {"problem": "b.py", "outcome": "error"}]
     out.write_text(json.dumps({"machine": "H200; torch 2.11", "rows": rows}))
@@ -28,13 +20,13 @@ def test_rows_are_kept_only_from_the_same_machine(tmp_path):
 
 
 def test_geomean_ignores_missing_values():
-    bench = load()
+    bench = load_tool("bench_suite")
     assert math.isclose(bench.geomean([2.0, 8.0, None]), 4.0)
     assert bench.geomean([None]) is None
 
 
 def test_shards_split_the_suite_without_overlap():
-    bench = load()
+    bench = load_tool("bench_suite")
     paths = [Path(f"p{i}.py") for i in range(5)]
     parts = [bench.select_shard(paths, f"{k}/2") for k in range(2)]
     assert parts == [paths[0::2], paths[1::2]]
@@ -49,7 +41,7 @@ def test_shards_split_the_suite_without_overlap():
 
 
 def test_merged_table_has_named_group_means(tmp_path, capsys):
-    bench = load()
+    bench = load_tool("bench_suite")
     for name, rows in {
         "a.json": [{"problem": "s/norm/x.py", "outcome": "verified", "vs_eager": 2.0,
                     "vs_compile": 1.0}],
@@ -69,7 +61,7 @@ def test_merged_table_has_named_group_means(tmp_path, capsys):
 
 
 def test_every_sweep_times_its_references_afresh(tmp_path, monkeypatch):
-    bench = load()
+    bench = load_tool("bench_suite")
     (tmp_path / "norm").mkdir()
     (tmp_path / "norm" / "p.py").write_text("")
     seen = []

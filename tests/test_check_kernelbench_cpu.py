@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "check_kernelbench_cpu.py"
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("check_kernelbench_cpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.tool_scripts import load_tool
 
 PROBLEM = """
 import torch
@@ -45,7 +35,7 @@ def get_init_inputs():
 
 
 def test_the_batch_is_shrunk_and_the_program_matches_in_training_mode(tmp_path: Path):
-    tool = _tool()
+    tool = load_tool("check_kernelbench_cpu")
     assert "batch_size = 2\n" in tool.shrink(PROBLEM, 2)
     problem = tmp_path / "conv_bn_softmax.py"
     problem.write_text(PROBLEM)

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "profile_program.py"
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("profile_program", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tool_scripts import load_tool
 
 
 def test_kernels_are_ranked_and_library_time_is_split_from_generated(capsys):
-    tool = _tool()
+    tool = load_tool("profile_program")
     row = {
         "problem": "19_MobileNetV1",
         "status": "passed",
@@ -36,5 +26,7 @@ def test_kernels_are_ranked_and_library_time_is_split_from_generated(capsys):
 
 
 def test_a_problem_without_kernels_prints_its_reason(capsys):
-    _tool().print_report({"problem": "p", "status": "not_run", "reason": "no GPU"}, top=5)
+    load_tool("profile_program").print_report(
+        {"problem": "p", "status": "not_run", "reason": "no GPU"}, top=5
+    )
     assert capsys.readouterr().out.strip() == "## p: not_run no GPU"

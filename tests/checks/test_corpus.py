@@ -3,28 +3,18 @@ program is refused, and the corpus keeps the breadth it claims."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.execution import load_candidate_dir
+from tests.tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "eval_hack_corpus.py"
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("eval_hack_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-TOOL = _load_tool()
+TOOL = load_tool("eval_hack_corpus")
 ENTRIES = TOOL.load_corpus(TOOL.DEFAULT_CORPUS)
 HACKS = [e for e in ENTRIES if e.group == "hacks"]
 HONEST = [e for e in ENTRIES if e.group == "honest"]

@@ -8,7 +8,6 @@ extensions, so the first run of this file takes minutes; builds are kept in the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 from stitch_graph.cli.verify import verify_files
 from stitch_graph.execution import LocalGPUExecutor, RunSettings
+from tests.tool_scripts import load_tool
 
 pytestmark = pytest.mark.gpu
 
@@ -27,15 +27,7 @@ CORPUS = ROOT / "tests" / "fixtures" / "verify_corpus"
 SCRIPT = ROOT / "tools" / "eval_hack_corpus.py"
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("eval_hack_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-TOOL = _tool()
+TOOL = load_tool("eval_hack_corpus")
 ENTRIES = TOOL.load_corpus(CORPUS)
 
 
