@@ -16,7 +16,7 @@ import torch
 
 from stitch_graph.codegen._capture_base import _to_meta
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, matrix_layout
-from stitch_graph.codegen.ops import INDEXED, lookup
+from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, lookup
 
 
 def _eliminate_dead(ir: ProgramIR) -> None:
@@ -68,9 +68,6 @@ def _insert_copies(ir: ProgramIR) -> None:
     _relayout_views(ir)
 
 
-_PROLOGUE_KINDS = ("reduction", "norm", "softmax", "pool", "scan")
-
-
 def _feeds_one_row_kernel(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> bool:
     """Whether ``node``'s value reaches exactly one reduction, norm, softmax, pool or scan as
     its input, through same-shape pointwise ops that nothing else reads."""
@@ -85,7 +82,7 @@ def _feeds_one_row_kernel(ir: ProgramIR, node: OpNode, users: dict[str, list[str
             name = reader.name
             continue
         return (
-            info.kind in _PROLOGUE_KINDS
+            info.kind in LOADS_THROUGH_PROLOGUE
             and reader.args.get("input") == Ref("node", name)
             and ir.shapes.get(Ref("node", name)) == node.shape
         )

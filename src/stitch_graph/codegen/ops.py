@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 __all__ = [
     "INDEXED",
+    "LOADS_THROUGH_PROLOGUE",
     "OpInfo",
     "OpKind",
     "REGISTRY",
@@ -126,6 +127,8 @@ class OpInfo:
 REGISTRY: dict[str, OpInfo] = {}
 INDEXED = frozenset({"cat", "stack", "flip", "gather", "index", "roll", "pad", "triu", "tril"})
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
+LOADS_THROUGH_PROLOGUE: tuple[OpKind, ...] = ("reduction", "norm", "softmax", "pool", "scan")
+"""Kinds whose kernel computes its input's pointwise producers on load (a fused prologue)."""
 
 
 def _op(

@@ -34,7 +34,12 @@ from stitch_graph.codegen.ir import (
     numel,
     row_layout,
 )
-from stitch_graph.codegen.ops import INDEXED, explain_unsupported, lookup
+from stitch_graph.codegen.ops import (
+    INDEXED,
+    LOADS_THROUGH_PROLOGUE,
+    explain_unsupported,
+    lookup,
+)
 
 __all__ = [
     "groups_from_plan",
@@ -406,8 +411,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
         group = new_group(kind, node.name, node.name)
         group_of[node.name] = group
         src = node.args.get("input")
-        prologue_kinds = ("reduction", "norm", "softmax", "pool", "scan")
-        if kind in prologue_kinds and isinstance(src, Ref) and src.kind == "node":
+        if kind in LOADS_THROUGH_PROLOGUE and isinstance(src, Ref) and src.kind == "node":
             g = group_of.get(src.name)
             if (
                 g is not None
