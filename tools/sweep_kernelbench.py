@@ -102,12 +102,16 @@ def _generate(path: Path, tune: bool, tune_budget: float = 30.0) -> tuple[Any, A
     return task, candidate, info
 
 
-def _build(torch: Any, task: Any, candidate: Any, namespace: dict[str, Any]) -> tuple[Any, Any]:
+def _build(
+    torch: Any, task: Any, candidate: Any, namespace: dict[str, Any], reference: Any = None
+) -> tuple[Any, Any]:
+    """The reference (built seeded unless given) and the candidate with its weights."""
     from stitch_graph.runtime.kernels import KernelLibrary
 
     init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
-    torch.manual_seed(0)
-    reference = namespace["Model"](*init).cuda()
+    if reference is None:
+        torch.manual_seed(0)
+        reference = namespace["Model"](*init).cuda()
     host: dict[str, Any] = {"KERNELS": KernelLibrary(candidate.kernel_source), "__name__": "ours"}
     exec(compile(candidate.host_source, "<generated host>", "exec"), host)  # noqa: S102
     ours = host["ModelNew"](*init).cuda()
@@ -233,7 +237,7 @@ def measure(path: Path, *, tol: float, runs: int, tune: bool, tune_budget: float
     row["eager_ms"] = time_it(reference)
     row["ours_ms"] = time_it(ours)
     if untuned is not None:
-        row["untuned_ms"] = time_it(_build(torch, task, untuned, namespace)[1])
+        row["untuned_ms"] = time_it(_build(torch, task, untuned, namespace, reference)[1])
     for side, mode in (("compile", "default"), ("reduce_overhead", "reduce-overhead")):
         t0 = time.perf_counter()
         try:

@@ -114,3 +114,20 @@ def test_column_tile_fills_the_gpu_with_whole_sectors() -> None:
     assert _column_tile(16 * 1024, 1024, 512) == (16, 32)  # 512 blocks of 512: the whole GPU
     assert _column_tile(4096, 4096, 512) == (64, 8)  # 8 lanes: a warp reads 4 full sectors
     assert _column_tile(96, 40, 512) == (4, 128)  # chunks of at least 8 elements
+
+
+def test_outputs_enough_for_a_thread_each_split_only_when_asked() -> None:
+    """An argmax over 4096 of 270336 outputs fills the GPU with a thread an output; the
+    tuner's ``split_reduction=True`` emits the tiled form instead, so both get timed."""
+    from stitch_graph.codegen import KernelTuning, Tuning
+
+    task = load_task(_PROBLEM.format(expr="torch.argmax(x, dim=1)", shape="1, 4096, 270336"))
+    ir = capture_program(task)
+    plain = emit_candidate(ir, plan_program(ir))
+    split = emit_candidate(
+        ir, plan_program(ir), tuning=Tuning(default=KernelTuning(split_reduction=True))
+    )
+    assert TILE not in plain.kernel_source and "thread per row" in plain.kernel_source
+    assert f"64 adjacent output(s) x 4 chunk(s) of 1024 a block, {TILE}" in split.kernel_source
+    if find_nvcc() is not None:
+        assert nvcc_compile(split.kernel_source).ok

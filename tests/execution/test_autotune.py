@@ -133,6 +133,21 @@ def test_the_budget_stops_tuning(chain_program):
     assert sum(c.tried for c in report.choices) <= 1
 
 
+def test_graph_replay_is_timed_even_when_the_first_build_spends_the_budget(chain_program):
+    """One build of a big model can cost more than a short budget; the graph-or-not choice,
+    the largest on a launch-bound model, is timed all the same, and nothing after it."""
+    task, ir, plan = chain_program
+
+    def graphed_is_slower(candidate):  # the plan graphs this launch-bound chain by default
+        return 1.0 if "KERNELS.graphed" in candidate.host_source else 0.5
+
+    tuning, report = autotune(ir, plan, task, graphed_is_slower, budget_s=1.0, clock=Clock(4.0))
+    program = report.choices[0]
+    assert program.item == "program" and program.tried == 1
+    assert [c.item for c in report.choices] == ["program"] and "budget" in report.note
+    assert tuning.cuda_graph is False
+
+
 def test_the_budget_includes_the_closing_confirmation(chain_program):
     """Each timing takes 3 s of a 40 s budget: the search stops early enough that the four
     confirmation timings still end inside the budget, give or take one timing."""

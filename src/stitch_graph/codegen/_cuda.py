@@ -175,6 +175,21 @@ __device__ __forceinline__ A sg_group_reduce(A a) {
   return a;
 }
 
+// Reduce lane by lane over the W warps of a block: lane l of every warp gets the result of
+// lane l across warps (a block of 32 columns, each warp walking its own slice of their rows).
+template <int W, class A>
+__device__ __forceinline__ A sg_slice_reduce(A a) {
+  __shared__ A sh[W][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  sh[warp][lane] = a;
+  __syncthreads();
+  A t = sh[0][lane];
+#pragma unroll
+  for (int w = 1; w < W; ++w) t.combine(sh[w][lane]);
+  return t;
+}
+
 // Reduce over the block; every thread gets the result. Safe to call repeatedly.
 template <class A>
 __device__ __forceinline__ A sg_block_reduce(A a) {

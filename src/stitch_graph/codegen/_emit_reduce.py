@@ -309,6 +309,10 @@ class _ReduceEmitter(_EmitterBase):
             # few outputs to fill the GPU, the reduced dimension split into chunks as well: in
             # one block (one launch) unless even that leaves most of a big input's GPU idle
             splits = _column_splits(rows, length)
+            if splits == 1 and tun.split_reduction and length >= 64:
+                # outputs enough for a thread each, asked to split all the same (the tuner
+                # times it): four chunks an output, eight loads in flight a thread
+                return self._column_tile_reduction(red, 4, 64)
             if splits > 1:
                 slices, lanes = _column_tile(rows, length, 512)
                 if (

@@ -22,9 +22,39 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
-from stitch_graph.codegen._emit_reduce import _SplitLoops, _two_stage_launch
+from stitch_graph.codegen._emit_reduce import _GPU_THREADS, _SplitLoops, _two_stage_launch
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
+
+
+_COLUMN_RUN = 8  # batch norms whose channels run fewer elements than this take column tiles
+_COLUMN_SLICES = 8  # warps of a column-tile block
+
+
+class _ColumnLoops:
+    """Launch shape of a row op whose rows are columns of memory (batch norm over (N, C)): a
+    block takes 32 adjacent rows, a lane each, and one chunk of their length, its warps walking
+    alternate positions; enough chunks for two waves of resident blocks, and at least eight
+    positions a thread."""
+
+    def __init__(self, rows: int, length: int, index: str) -> None:
+        self.rows, self.length, self.index = rows, length, index
+        self.block = 32 * _COLUMN_SLICES
+        self.tiles = math.ceil(rows / 32)
+        resident = _GPU_THREADS // self.block
+        most = max(1, length // (_COLUMN_SLICES * 8))
+        self.splits = max(1, min(math.ceil(2 * resident / self.tiles), most, 1024))
+        self.chunk = math.ceil(length / self.splits)
+
+    def head(self) -> list[str]:
+        """Row (this lane's column) and chunk of this block, and an empty accumulator."""
+        ix = self.index
+        return [
+            f"  const {ix} r = ({ix})(blockIdx.x / {self.splits}) * 32 + (threadIdx.x & 31);",
+            f"  const {ix} s = blockIdx.x % {self.splits};",
+            f"  const {ix} end = min(({ix})((s + 1) * {self.chunk}), ({ix}){self.length});",
+            "  SgWelford acc = SgWelford::init();",
+        ]
 
 
 def _row_mode(tun: KernelTuning, length: int) -> str:
@@ -556,6 +586,10 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 rows, length = c, n * hw
                 offset, run = f"(k / {hw}) * {c * hw} + r * {hw} + k % {hw}", hw
                 affine_idx = "r"
+                if hw < _COLUMN_RUN:  # a channel's elements lie a row of memory apart
+                    stream = _Streams(self, g, offset, affine_idx, eps, index, length)
+                    loops = _ColumnLoops(rows, length, index)
+                    return self._column_row_op(g, kernel, loops, stream.variant(False))
         split = tun.split_reduction
         if split is None:  # too few rows to fill the GPU, and long enough to cut into chunks
             split = rows < 2 * _SMS and length >= 65536
@@ -637,6 +671,52 @@ class _SoftmaxNormEmitter(_EmitterBase):
             return [out_alloc, launch]
         names = [*(_py(r) for r in twin.aligned), out.name]
         return [out_alloc, *_aligned_launch(names, kernel, (grid, block), py_args, launch)]
+
+    def _column_row_op(self, g: Group, kernel: str, loops: _ColumnLoops, pas: _Pass) -> list[str]:
+        """A row op whose rows are columns of memory, in two kernels over ``loops``' tiles:
+        ``<kernel>_part`` writes each chunk's statistics of its 32 rows, ``<kernel>`` combines
+        them and writes the chunk. A lane per row keeps every warp load one 128-byte line,
+        where a block per row would read 4 bytes of each 32-byte sector."""
+        out = self.ir.node(g.output)
+        otype = _CTYPE.get(out.dtype, "float")
+        ix, rows, slices = loops.index, loops.rows, _COLUMN_SLICES
+        span = (f"s * {loops.chunk}", "end", str(slices), "(threadIdx.x >> 5)")
+        reduce = f"  acc = sg_slice_reduce<{slices}>(acc);"
+        part = [
+            f"// stage 1: statistics of {rows} column(s) x {loops.splits} chunk(s) of "
+            f"{loops.chunk}, a lane per column",
+            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}_part('
+            f"{pas.args.signature(['unsigned char* __restrict__ ws'])}) {{",
+            *loops.head(),
+            f"  if (r < {rows}) {{",
+            "#pragma unroll 4",
+            *(f"    {line}" for line in pas.stats_loop(*span)),
+            "  }",
+            reduce,
+            f"  if ((threadIdx.x >> 5) == 0 && r < {rows}) "
+            f"reinterpret_cast<SgWelford*>(ws)[s * {rows} + r] = acc;",
+            "}",
+        ]
+        write = [
+            "// stage 2: each column's statistics from its chunks, then this chunk written",
+            f'extern "C" __global__ __launch_bounds__({loops.block}) void {kernel}('
+            f"{pas.args.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+            *loops.head(),
+            "  const SgWelford* parts = reinterpret_cast<const SgWelford*>(ws);",
+            f"  if (r < {rows})",
+            f"    for ({ix} j = threadIdx.x >> 5; j < {loops.splits}; j += {slices}) "
+            f"acc.combine(parts[j * {rows} + r]);",
+            reduce,
+            f"  if (r >= {rows}) return;",
+            *(f"  {line}" for line in pas.stats),
+            *(f"  {line}" for line in pas.write_loop(*span)),
+            "}",
+        ]
+        self.kernels.append("\n".join(part))
+        self.kernels.append("\n".join(write))
+        launch = (loops.tiles * loops.splits, loops.block)
+        args = pas.args
+        return _two_stage_launch(g, kernel, out, args, args, rows * loops.splits, launch, launch)
 
     def _split_row_op(
         self,

@@ -167,7 +167,7 @@ def autotune(
     order = sorted(plan.items, key=lambda i: -cost.get(i.id, 0.0))
     timed: list[tuple[str, str, bool]] = []  # (cache key, item, whole space searched) this run
     for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in order)]:
-        if spent():
+        if spent() and item != _PROGRAM:
             report.note = f"budget of {budget_s:.0f} s spent before {item}"
             break
         key = TuningCache.key(
@@ -200,7 +200,9 @@ def autotune(
                     )
                 ]
             )
-            tried, complete = tuner.search(item, space, spent)
+            # graph replay or not is timed whatever the budget: on a launch-bound model it is
+            # the largest choice, and one build of a big program can cost a short budget whole
+            tried, complete = tuner.search(item, space, spent if item != _PROGRAM else _never)
             choice = KernelChoice(
                 item=item,
                 kind=kind,
@@ -239,6 +241,10 @@ def autotune(
 
 
 _PROGRAM = "program"
+
+
+def _never() -> bool:
+    return False
 
 
 class _Metered:
