@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stitch_graph.codegen._cat_slices import CatSlice
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
 from stitch_graph.codegen.ops import INDEXED, lookup
 from stitch_graph.codegen.schedule import index_position
@@ -180,11 +181,15 @@ class _EmitterBase:
     """State of one emission (the program, its tuning, the kernels so far, notes) and the
     expression and pointwise emitters every kernel style builds on."""
 
-    def __init__(self, ir: ProgramIR, tuning: Tuning) -> None:
+    def __init__(
+        self, ir: ProgramIR, tuning: Tuning, cat_slices: dict[str, CatSlice] | None = None
+    ) -> None:
         self.ir = ir
         self.tuning = tuning
         self.kernels: list[str] = []
         self.notes: list[str] = []
+        self.cat_slices = cat_slices or {}  # output node -> its slice of a concatenation
+        self.written_in_place: set[str] = set()
 
     # ---- expressions -------------------------------------------------------------------------
     def exprs(
@@ -414,9 +419,12 @@ class _EmitterBase:
         """Emit a pointwise kernel (and its float4 twin); return the host launch lines."""
         space = out.shape
         n = numel(space)
-        index = "long long" if n >= 2**31 else "int"
+        dest = self.cat_slices.get(out.name)  # a concatenation's operand: stored in its slice
+        index = "long long" if max(n, dest.total if dest else 0) >= 2**31 else "int"
         block = tun.block_size
         otype = _CTYPE.get(out.dtype, "float")
+        store = dest.element("i") if dest else "i"
+        target = dest.buffer if dest else out.name
 
         def body(args: _Args, idx: str) -> tuple[list[str], str]:
             env: dict[str, str] = {}
@@ -437,25 +445,27 @@ class _EmitterBase:
             f"  {unroll}for ({index} i = ({index})blockIdx.x * {block} + threadIdx.x; i < {n}; "
             f"i += ({index})gridDim.x * {block}) {{",
             *(f"    {line}" for line in lines),
-            f"    out[i] = {result};",
+            f"    out[{store}] = {result};",
             "  }",
             "}",
         ]
         self.kernels.append("\n".join(src))
+        if dest is not None:
+            self.written_in_place.add(out.name)
         grid = _grid_stride_blocks(n, block, tun.grid_waves)
-        py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
-        alloc = (
+        py_args = ", ".join([*(_py(r) for r in args.refs), target])
+        alloc = [] if dest else [
             f"{out.name} = torch.empty({list(space)}, device=_dev, "
             f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
-        )
+        ]
         scalar_launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
         vector_ok = tun.vector_width == 4 and n % 4 == 0 and n >= 4 and out.dtype == "float32"
-        if not vector_ok:
-            return [alloc, scalar_launch]
+        if not vector_ok or (dest is not None and not dest.vector_ok):
+            return [*alloc, scalar_launch]
         vargs = _Args(self.ir, vector=True)
         vlines, vresult = body(vargs, "i")
         if vargs.refs != args.refs:
-            return [alloc, scalar_launch]
+            return [*alloc, scalar_launch]
         n4 = n // 4
         vsrc = [
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_v4('
@@ -474,14 +484,15 @@ class _EmitterBase:
             *(f"      {line}" for line in vlines),
             f"      r[l] = {vresult};",
             "    }",
-            "    reinterpret_cast<float4*>(out)[j] = make_float4(r[0], r[1], r[2], r[3]);",
+            f"    reinterpret_cast<float4*>(out)[{dest.element('j', 4) if dest else 'j'}] = "
+            "make_float4(r[0], r[1], r[2], r[3]);",
             "  }",
             "}",
         ]
         self.kernels.append("\n".join(vsrc))
         vgrid = _grid_stride_blocks(n4, block, tun.grid_waves)
-        aligned = [*(_py(r) for r in vargs.vec_refs), out.name]
-        return [alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
+        aligned = [*(_py(r) for r in vargs.vec_refs), target]
+        return [*alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
 
     def _add_kernel(
         self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode

@@ -26,7 +26,6 @@ from stitch_graph.codegen._emit_reduce import _GPU_THREADS, _SplitLoops, _two_st
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
-
 _COLUMN_RUN = 8  # batch norms whose channels run fewer elements than this take column tiles
 _COLUMN_SLICES = 8  # warps of a column-tile block
 

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from stitch_graph.artifacts import Candidate, Plan
+from stitch_graph.codegen._cat_slices import cat_slices, slices_of
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.codegen._emit_base import EmitError, _py
 from stitch_graph.codegen._emit_conv import _ConvEmitter
@@ -201,6 +202,47 @@ def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     return parts
 
 
+def _emit_groups(
+    ir: ProgramIR,
+    groups: list[Group],
+    wanted: set[str],
+    tuning: Tuning,
+    kernels_by_id: dict[str, str],
+    cats: dict[str, list[str]],
+) -> tuple[_Emitter, dict[str, list[str]], set[str]]:
+    """Kernels of the wanted groups; the host lines at each output node, and the nodes covered.
+    The concatenations of ``cats`` emit nothing: their operands' kernels store into them."""
+    slices = {k: v for cat, ops in cats.items() for k, v in slices_of(ir, cat, ops).items()}
+    emitter = _Emitter(ir, tuning, slices)
+    launch_at: dict[str, list[str]] = {}
+    covered: set[str] = set()
+    for group in groups:
+        if group.id not in wanted:
+            continue
+        if group.output in cats:
+            launch_at[group.output] = [f"# {group.id}: written in place by its operands' kernels"]
+            covered.update(group.members)
+            continue
+        tun = tuning.for_item(group.id)
+        parts = _split_unfused(ir, group) if not tun.fuse else [group]
+        n_kernels = len(emitter.kernels)
+        emitted: list[tuple[Group, list[str]]] = []
+        try:
+            for part in parts:
+                base = kernels_by_id[group.id]
+                kernel = base + part.id.removeprefix(group.id) if part.id != group.id else base
+                kernel = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in kernel)
+                emitted.append((part, [f"# {part.id}: {kernel}", *emitter.emit(part, kernel, tun)]))
+        except Exception as error:  # noqa: BLE001 - the item's ops stay in PyTorch, declared
+            del emitter.kernels[n_kernels:]
+            emitter.notes.append(f"{group.id} left to PyTorch: {type(error).__name__}: {error}")
+            continue
+        for part, lines in emitted:
+            launch_at.setdefault(part.output, []).extend(lines)
+            covered.update(part.members)
+    return emitter, launch_at, covered
+
+
 def emit_candidate(
     ir: ProgramIR,
     plan: Plan,
@@ -231,33 +273,19 @@ def emit_candidate(
         raise EmitError(msg)
     groups = groups_from_plan(ir, plan)
     wanted = {g.id for g in groups if through is None or status[g.id] == "done" or g.id == through}
-    emitter = _Emitter(ir, tuning)
-    launch_at: dict[str, list[str]] = {}
-    covered: set[str] = set()
-    for group in groups:
-        if group.id not in wanted:
-            continue
-        tun = tuning.for_item(group.id)
-        parts = _split_unfused(ir, group) if not tun.fuse else [group]
-        n_kernels = len(emitter.kernels)
-        emitted: list[tuple[Group, list[str]]] = []
-        try:
-            for part in parts:
-                base = kernels_by_id[group.id]
-                kernel = base + part.id.removeprefix(group.id) if part.id != group.id else base
-                kernel = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in kernel)
-                emitted.append((part, [f"# {part.id}: {kernel}", *emitter.emit(part, kernel, tun)]))
-        except Exception as error:  # noqa: BLE001 - the item's ops stay in PyTorch, declared
-            del emitter.kernels[n_kernels:]
-            emitter.notes.append(f"{group.id} left to PyTorch: {type(error).__name__}: {error}")
-            continue
-        for part, lines in emitted:
-            launch_at.setdefault(part.output, []).extend(lines)
-            covered.update(part.members)
+    cats = cat_slices(ir, groups, wanted)
+    emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, cats)
+    # a concatenation one of whose operands no pointwise kernel stored: its own kernel after all
+    kept = {c: ops for c, ops in cats.items() if set(ops) <= emitter.written_in_place}
+    if kept != cats:
+        emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, kept)
     body: list[str] = []
     declared: list[str] = []
     tensor_inputs = [name for name, shape in ir.inputs if shape is not None]
     body.append(f"_dev = {tensor_inputs[0]}.device" if tensor_inputs else "_dev = 'cuda'")
+    for cat in kept:  # allocated before the kernels that write into it
+        shape = list(ir.node(cat).shape)
+        body.append(f"{cat} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
     for node in ir.nodes:
         if node.name in launch_at:
             body.extend(launch_at[node.name])

@@ -1,0 +1,85 @@
+"""A concatenation written in place: each operand's kernel stores into its slice of the result.
+
+Emitted as its own kernel, ``torch.cat`` reads every operand back and writes it again: a full
+pass over the result (SqueezeNet's fire module spends a fifth of its forward there). When every
+operand is the output of a generated pointwise kernel (a convolution's or GEMM's bias and
+epilogue, a pool, a fused chain) that nothing else reads, the result is allocated once and those
+kernels write into it; the concatenation emits nothing. An operand whose kernel turns out not to
+be pointwise (a library call writing its own output) leaves its concatenation to the ordinary
+kernel: ``emit_candidate`` emits again without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stitch_graph.codegen.ir import Group, ProgramIR, Ref, numel
+
+
+@dataclass(frozen=True)
+class CatSlice:
+    """Where one operand's elements go: its element ``i`` is element
+    ``(i / run) * stride + start + i % run`` of ``buffer`` (the concatenation's result)."""
+
+    buffer: str
+    run: int  # operand elements per index of the dims before the concatenated one
+    stride: int  # result elements per such index
+    start: int  # where the operand's first run begins
+    total: int  # elements of the result
+
+    @property
+    def vector_ok(self) -> bool:
+        """Whether float4 stores stay inside one run and 16-byte aligned."""
+        return self.run % 4 == 0 and self.start % 4 == 0 and self.stride % 4 == 0
+
+    def element(self, i: str, width: int = 1) -> str:
+        """The result's index (of ``width``-element vectors) for the operand's index ``i``."""
+        run, stride, start = self.run // width, self.stride // width, self.start // width
+        at = f" + {start}" if start else ""
+        if run == stride:
+            return f"{i}{at}"
+        return f"({i} / {run}) * {stride}{at} + {i} % {run}"
+
+
+def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str, list[str]]:
+    """Concatenations that can be written in place: the concatenation's node name -> its
+    operands' names. Each is a group of that one node whose operands are distinct float32
+    outputs of other wanted groups, read by it alone."""
+    users = ir.users()
+    produced = {g.output: g.id for g in groups if g.id in wanted}
+    found: dict[str, list[str]] = {}
+    for g in groups:
+        node = ir.node(g.output)
+        if g.id not in wanted or node.op != "cat" or g.members != [g.output]:
+            continue
+        tensors = node.args.get("tensors")
+        dim = node.args.get("dim", 0)
+        if not isinstance(tensors, list | tuple) or not isinstance(dim, int):
+            continue
+        names = [t.name for t in tensors if isinstance(t, Ref) and t.kind == "node"]
+        if (
+            len(names) != len(tensors)
+            or len(set(names)) != len(names)
+            or any(users.get(n) != [node.name] or n not in produced for n in names)
+            or any(ir.node(n).dtype != "float32" for n in names)
+            or node.dtype != "float32"
+        ):
+            continue
+        found[node.name] = names
+    return found
+
+
+def slices_of(ir: ProgramIR, cat: str, operands: list[str]) -> dict[str, CatSlice]:
+    """Each operand's ``CatSlice`` in the result of ``cat``."""
+    node = ir.node(cat)
+    shape = tuple(node.shape)
+    dim = int(node.args.get("dim", 0)) % max(len(shape), 1)
+    inner = numel(shape[dim + 1 :])
+    stride = shape[dim] * inner
+    out: dict[str, CatSlice] = {}
+    start = 0
+    for name in operands:
+        run = ir.node(name).shape[dim] * inner
+        out[name] = CatSlice(cat, run, stride, start, numel(shape))
+        start += run
+    return out

@@ -1,0 +1,68 @@
+"""A concatenation whose operands are all stored by generated pointwise kernels is written in
+place: each kernel stores into its slice of the result, and no cat kernel reads them back.
+Checked in the CPU emulation against PyTorch, with float4 slices, odd ones, and the cases that
+must keep the cat kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 12)
+        self.b = nn.Linear(16, 20)
+        self.w = nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x, y):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({x}), torch.randn({y})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+IN_PLACE = {
+    "float4_slices": ("torch.cat((torch.relu(x) * 2, torch.sigmoid(y)), dim=1)", "2, 8, 16", "2, 4, 16"),
+    "odd_slices": ("torch.cat([torch.tanh(x), y + 1, x * 3], dim=1)", "3, 5, 7", "3, 4, 7"),
+    "last_dim": ("torch.cat((x.exp(), -y), dim=-1)", "6, 5", "6, 3"),
+    "gemm_epilogues": ("torch.cat((torch.relu(self.a(x)), torch.tanh(self.b(y))), 1)", "9, 16", "9, 16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE))
+def test_operands_store_into_the_concatenation(case: str, tmp_path: Path) -> None:
+    expr, x, y = IN_PLACE[case]
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x=x, y=y))
+    assert "written in place by its operands' kernels" in program.host_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert not any("cat" in name for name in kernels.launched)
+
+
+KEPT = {
+    "operand_read_twice": ("torch.cat((torch.relu(x), y * 2), dim=1) + torch.relu(x).sum()", "2, 4, 8", "2, 4, 8"),
+    "library_writes_its_own": ("torch.cat((x @ self.w, torch.relu(y)), dim=1)", "5, 16", "5, 3"),
+    "an_input_as_operand": ("torch.cat((x, torch.relu(y)), dim=0)", "4, 6", "2, 6"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEPT))
+def test_other_concatenations_keep_their_kernel(case: str, tmp_path: Path) -> None:
+    expr, x, y = KEPT[case]
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x=x, y=y))
+    assert "written in place" not in program.host_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert any("cat" in name for name in kernels.launched)
