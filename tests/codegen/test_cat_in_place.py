@@ -66,3 +66,18 @@ def test_other_concatenations_keep_their_kernel(case: str, tmp_path: Path) -> No
     assert "written in place" not in program.host_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert any("cat" in name for name in kernels.launched)
+
+
+def test_an_exclusive_cumsum_writes_its_scan_and_its_zeros_in_place(tmp_path: Path) -> None:
+    """KernelBench's exclusive cumsum: a zero column, then the scan of all but the last
+    element; both kernels store into the result."""
+    source = _PROBLEM.format(
+        expr="torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+        "torch.cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1)), dim=1)",
+        x="6, 40",
+        y="1",
+    )
+    task, program = generate_checked(source)
+    assert program.kernel_source.count("out[(i / 39) * 40 + 1 + i % 39] = ") == 1
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert not any(name.endswith("_cat") for name in kernels.launched)

@@ -2,11 +2,12 @@
 
 Emitted as its own kernel, ``torch.cat`` reads every operand back and writes it again: a full
 pass over the result (SqueezeNet's fire module spends a fifth of its forward there). When every
-operand is the output of a generated pointwise kernel (a convolution's or GEMM's bias and
-epilogue, a pool, a fused chain) that nothing else reads, the result is allocated once and those
-kernels write into it; the concatenation emits nothing. An operand whose kernel turns out not to
-be pointwise (a library call writing its own output) leaves its concatenation to the ordinary
-kernel: ``emit_candidate`` emits again without it.
+operand is the output of a generated kernel that nothing else reads and that stores each element
+at its own index (pointwise kernels: a convolution's or GEMM's bias and epilogue, a pool, a fused
+chain; scans), the result is allocated once and those kernels write into it; the concatenation
+emits nothing. An operand whose kernel stores otherwise (a library call writing its own output, a
+reduction) leaves its concatenation to the ordinary kernel: ``emit_candidate`` emits again
+without it.
 """
 
 from __future__ import annotations

@@ -497,8 +497,23 @@ class _EmitterBase:
     def _add_kernel(
         self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode
     ) -> list[str]:
-        """Keep a kernel's source; return the host lines that allocate its output and launch it."""
-        self.kernels.append("\n".join(src_lines))
+        """Keep a kernel's source; return the host lines that allocate its output and launch it.
+
+        A concatenation's operand is stored into its slice instead when the kernel stores only
+        as ``out[i] = `` (``i`` being the element's index in the contiguous result)."""
+        text = "\n".join(src_lines)
+        dest = self.cat_slices.get(out.name)
+        store = "out[i] = "
+        if (
+            dest is not None
+            and text.count("out[") == text.count(store) > 0
+            and (dest.total < 2**31 or "long long i" in text)
+        ):
+            self.kernels.append(text.replace(store, f"out[{dest.element('i')}] = "))
+            self.written_in_place.add(out.name)
+            py_args = ", ".join([*(_py(r) for r in args.refs), dest.buffer])
+            return [f"KERNELS.{kernel}({grid}, {block}, {py_args})"]
+        self.kernels.append(text)
         py_args = ", ".join([*(_py(r) for r in args.refs), out.name])
         return [
             f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
