@@ -117,3 +117,18 @@ def test_a_program_is_judged_against_float64_only_as_far_as_pytorch_is(sweep, mo
     assert exact["eager_err_f64"] > 1e-4 and exact["correct_f64"] is True
     wrong = sweep._against_float64(torch, Cancelling(), Wrong(), namespace)
     assert wrong["ours_err_f64"] > 2 * wrong["eager_err_f64"] and wrong["correct_f64"] is False
+
+
+def test_a_hung_baseline_keeps_the_programs_own_row(sweep):
+    """The worker reported the program and eager, then hung in a baseline's compile: the row
+    counts as correct against eager, with the baselines it never reached marked failed."""
+    partial = {**ROWS[0], "seconds": 12.0}
+    del partial["compile_ms"], partial["reduce_overhead_ms"]
+    row = sweep.row_after_loss(partial, "no answer in 200 s")
+    assert "error" not in row and row["compile_error"] == row["reduce_overhead_error"]
+    summary = sweep.summarize([row])
+    assert summary["correct"] == 1 and summary["n_vs_eager"] == 1
+    assert summary["n_vs_compile"] == 0 and summary["n_vs_reduce_overhead"] == 0
+    assert sweep.row_after_loss(None, "worker died (exit code -9)") == {
+        "error": "worker died (exit code -9)"
+    }

@@ -15,7 +15,8 @@ from it than PyTorch's own float32 (an ill-conditioned model), counted apart fro
 Two phases keep a level inside minutes. ``--warm N`` first runs N processes in parallel that
 capture, emit and build each program and compile each reference in both modes once, so Inductor's
 and Triton's on-disk caches are warm; then one worker times problem after problem. The timing
-worker is replaced after a crash or a hang, so a bad problem costs one row.
+worker is replaced after a crash or a hang, so a bad problem costs one row; one that hangs in a
+baseline's compile keeps the program's own timing, with the baselines not reached left blank.
 
 Prints one row per problem, then per level: geometric means of the speedups over the correct rows
 against eager, compile and reduce-overhead, and KernelBench's fast_0 / fast_1 (share of all
@@ -216,8 +217,20 @@ def _timer(torch: Any, args: list[Any], runs: int) -> Any:
     return time_it
 
 
-def measure(path: Path, *, tol: float, runs: int, tune: bool, tune_budget: float) -> dict[str, Any]:
-    """The row of one problem: correctness of the generated program and four timings."""
+def measure(
+    path: Path,
+    *,
+    tol: float,
+    runs: int,
+    tune: bool,
+    tune_budget: float,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """The row of one problem: correctness of the generated program and four timings.
+
+    ``progress`` gets a copy of the row once the program and eager are timed and after each
+    ``torch.compile`` baseline, so a baseline that hangs (a big model's reduce-overhead compile)
+    does not cost the program's own verdict."""
     torch = _setup_torch()
     row: dict[str, Any] = {"problem": f"{path.parent.name}/{path.stem}"}
     started = time.perf_counter()
@@ -239,6 +252,8 @@ def measure(path: Path, *, tol: float, runs: int, tune: bool, tune_budget: float
     if untuned is not None:
         row["untuned_ms"] = time_it(_build(torch, task, untuned, namespace, reference)[1])
     for side, mode in (("compile", "default"), ("reduce_overhead", "reduce-overhead")):
+        if progress is not None:
+            progress({**row, "seconds": round(time.perf_counter() - started, 2)})
         t0 = time.perf_counter()
         try:
             row[f"{side}_ms"] = time_it(torch.compile(reference, mode=mode))
@@ -275,10 +290,26 @@ def _serve(jobs: Any, rows: Any) -> None:
     """Timing worker: measure each problem it is sent; an exception becomes an error row."""
     while (job := jobs.get()) is not None:
         path, options = job
+
+        def progress(row: dict[str, Any]) -> None:
+            rows.put(("partial", row))
+
         try:
-            rows.put(measure(Path(path), **options))
+            rows.put(("row", measure(Path(path), **options, progress=progress)))
         except Exception as error:  # noqa: BLE001
-            rows.put({"error": f"{type(error).__name__}: {error}"[:300]})
+            rows.put(("row", {"error": f"{type(error).__name__}: {error}"[:300]}))
+
+
+def row_after_loss(partial: dict[str, Any] | None, why: str) -> dict[str, Any]:
+    """The row of a problem whose worker died or hung: an error row, unless the program and
+    eager were already timed; then their row, with the baselines not reached marked failed."""
+    if partial is None:
+        return {"error": why}
+    row = dict(partial)
+    for side in ("compile", "reduce_overhead"):
+        if f"{side}_ms" not in row:
+            row[f"{side}_error"] = why
+    return row
 
 
 class IsolatedMeasurer:
@@ -297,19 +328,25 @@ class IsolatedMeasurer:
             self._worker.start()
         self._jobs.put((str(path), self._options))
         deadline = time.time() + self._timeout
+        partial = None
         while time.time() < deadline:
             try:
-                return self._rows.get(timeout=1.0)
+                kind, row = self._rows.get(timeout=1.0)
             except queue.Empty:
                 if not self._worker.is_alive():
-                    return self._lost(f"worker died (exit code {self._worker.exitcode})")
-        return self._lost(f"no answer in {self._timeout:.0f} s")
+                    why = f"worker died (exit code {self._worker.exitcode})"
+                    return self._lost(partial, why)
+                continue
+            if kind == "row":
+                return row
+            partial = row
+        return self._lost(partial, f"no answer in {self._timeout:.0f} s")
 
-    def _lost(self, why: str) -> dict[str, Any]:
+    def _lost(self, partial: dict[str, Any] | None, why: str) -> dict[str, Any]:
         self._worker.kill()
         self._worker.join()
         self._worker = None
-        return {"error": why}
+        return row_after_loss(partial, why)
 
     def close(self) -> None:
         if self._worker is not None and self._worker.is_alive():
