@@ -21,8 +21,9 @@ inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 Layout: the kernel styles live in private modules, one concern each: ``_emit_base`` (constants,
 ``EmitError``, the expression and pointwise core ``_EmitterBase``), ``_emit_reduce``
 (reductions), ``_emit_softmax_norm`` (softmax and normalisations), ``_emit_conv``
-(convolutions), ``_emit_pool_scan`` (pooling and scans) and ``_emit_gemm`` (GEMMs). This module
-assembles ``_Emitter`` from their mixins and renders the ``ModelNew`` host code.
+(convolutions), ``_emit_pool_scan`` (pooling and scans) and ``_emit_gemm`` (GEMMs); ``_cat_slices`` finds the
+concatenations whose operands' kernels can store into them. This module assembles ``_Emitter``
+from the mixins and renders the ``ModelNew`` host code.
 """
 
 from __future__ import annotations
