@@ -43,6 +43,7 @@ from stitch_graph.codegen._emit_pool_scan import _PoolScanEmitter
 from stitch_graph.codegen._emit_reduce import _ReduceEmitter
 from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
+from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
 from stitch_graph.codegen.schedule import groups_from_plan, node_kind
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
@@ -336,8 +337,9 @@ def emit_candidate(
             f"        return KERNELS.graphed(self, self._launch, {inputs})\n\n"
             f"    def _launch(self, {inputs}):\n"
         )
-    host = header + "".join(f"        {line}\n" for line in body)
-    kernel_source = PRELUDE + "\n\n" + "\n\n".join(emitter.kernels) + "\n"
+    kernels, renamed = merge_identical(emitter.kernels)
+    host = relaunch(header + "".join(f"        {line}\n" for line in body), renamed)
+    kernel_source = PRELUDE + "\n\n" + "\n\n".join(kernels) + "\n"
     failed = {note.split(" ", 1)[0] for note in emitter.notes}
     generated = sorted(wanted - failed)
     return Candidate(
