@@ -11,6 +11,7 @@ subclass ``_EmitterBase``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -503,13 +504,13 @@ class _EmitterBase:
         as ``out[i] = `` (``i`` being the element's index in the contiguous result)."""
         text = "\n".join(src_lines)
         dest = self.cat_slices.get(out.name)
-        store = "out[i] = "
+        stores = len(re.findall(r"\bout\[i\] = ", text))
         if (
             dest is not None
-            and text.count("out[") == text.count(store) > 0
+            and len(re.findall(r"\bout\[", text)) == stores > 0
             and (dest.total < 2**31 or "long long i" in text)
         ):
-            self.kernels.append(text.replace(store, f"out[{dest.element('i')}] = "))
+            self.kernels.append(re.sub(r"\bout\[i\] = ", f"out[{dest.element('i')}] = ", text))
             self.written_in_place.add(out.name)
             py_args = ", ".join([*(_py(r) for r in args.refs), dest.buffer])
             return [f"KERNELS.{kernel}({grid}, {block}, {py_args})"]

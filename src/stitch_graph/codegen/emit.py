@@ -21,9 +21,10 @@ inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 Layout: the kernel styles live in private modules, one concern each: ``_emit_base`` (constants,
 ``EmitError``, the expression and pointwise core ``_EmitterBase``), ``_emit_reduce``
 (reductions), ``_emit_softmax_norm`` (softmax and normalisations), ``_emit_conv``
-(convolutions), ``_emit_pool_scan`` (pooling and scans) and ``_emit_gemm`` (GEMMs); ``_cat_slices`` finds the
-concatenations whose operands' kernels can store into them. This module assembles ``_Emitter``
-from the mixins and renders the ``ModelNew`` host code.
+(convolutions), ``_emit_pool_scan`` (pooling and scans) and ``_emit_gemm`` (GEMMs).
+``_cat_slices`` finds the concatenations whose operands' kernels can store into them, and
+``_kernel_merge`` builds kernels that differ only in their names once. This module assembles
+``_Emitter`` from the mixins and renders the ``ModelNew`` host code.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ def emit_candidate(
     wanted = {g.id for g in groups if through is None or status[g.id] == "done" or g.id == through}
     cats = cat_slices(ir, groups, wanted)
     emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, cats)
-    # a concatenation one of whose operands no pointwise kernel stored: its own kernel after all
+    # a concatenation with an operand no generated kernel stored: its own kernel after all
     kept = {c: ops for c, ops in cats.items() if set(ops) <= emitter.written_in_place}
     if kept != cats:
         emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, kept)
