@@ -107,6 +107,7 @@ def _build(
     torch: Any, task: Any, candidate: Any, namespace: dict[str, Any], reference: Any = None
 ) -> tuple[Any, Any]:
     """The reference (built seeded unless given) and the candidate with its weights."""
+    from stitch_graph.execution._common import build_on
     from stitch_graph.runtime.kernels import KernelLibrary
 
     init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
@@ -115,7 +116,7 @@ def _build(
         reference = namespace["Model"](*init).cuda()
     host: dict[str, Any] = {"KERNELS": KernelLibrary(candidate.kernel_source), "__name__": "ours"}
     exec(compile(candidate.host_source, "<generated host>", "exec"), host)  # noqa: S102
-    ours = host["ModelNew"](*init).cuda()
+    ours = build_on(host["ModelNew"], init, "cuda")  # its weights are the reference's
     ours.load_state_dict(reference.state_dict())
     ours.train(reference.training)
     return reference, ours

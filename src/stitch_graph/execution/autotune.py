@@ -447,7 +447,7 @@ class GpuTimer:
             "__name__": "stitch_tuned",
         }
         exec(compile(candidate.host_source, "<tuning variant>", "exec"), host)  # noqa: S102
-        model = host["ModelNew"](*self._init).cuda()
+        model = build_on(host["ModelNew"], self._init, "cuda")  # its weights come next
         model.load_state_dict(self._reference.state_dict())
         model.train(self._reference.training)
         return model
