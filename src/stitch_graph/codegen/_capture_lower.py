@@ -9,6 +9,8 @@ through the passes of ``_capture_passes``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import operator
 from typing import Any
 
@@ -117,7 +119,10 @@ def _lower(
             constants[str(fx_node.target)] = tensor
     meta_gm = _graph_to_meta(gm)
     try:
-        _RecordingShapeProp(meta_gm).propagate(*args)
+        # ShapeProp prints a failing node's traceback itself; the error below says what failed,
+        # and the caller tries torch.export next
+        with contextlib.redirect_stderr(io.StringIO()):
+            _RecordingShapeProp(meta_gm).propagate(*args)
     except Exception as error:  # noqa: BLE001
         msg = f"shape propagation on meta tensors failed: {error}"
         raise _PropagationError(msg) from error
