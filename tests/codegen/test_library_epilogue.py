@@ -121,3 +121,41 @@ def test_many_short_strided_rows_take_a_thread_each(
     assert f"row(s) of 8, {mode}" in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
+
+
+_CAUSAL = """
+import math
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        mask = torch.tril(torch.ones(12, 12)).view(1, 1, 12, 12)
+        self.register_buffer("bias", mask, persistent=False)  # not perturbed by the check
+
+    def forward(self, q, k):
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        t = q.size(2)
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return torch.softmax(att, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_causal_mask_from_a_buffer_runs_on_the_softmax_load(tmp_path: Path) -> None:
+    """The mask is a smaller tensor broadcast into the scores and read from a buffer: the GEMM
+    writes its product once, and the softmax scales and masks it as it loads."""
+    task, program = generate_checked(_CAUSAL)
+    plan = plan_program(capture_program(task))
+    softmax = next(i for i in plan.items if "softmax" in i.ops)
+    assert {"mul", "eq", "masked_fill"} <= set(softmax.ops)
+    check_on_cpu(task, program, tmp_path, cooperative=True)

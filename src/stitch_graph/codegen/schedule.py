@@ -14,7 +14,9 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
 * GEMMs are cuBLAS anchors and convolutions (plain or transposed) anchors; both take epilogues
   (linear's bias included) but no prologue; when a reduction, norm, softmax, pool or scan is the
   only reader, the epilogue becomes that kernel's prologue instead and the library's result is
-  written once (the capture then computes such an anchor's bias as a pointwise add);
+  written once (the capture then computes such an anchor's bias as a pointwise add); an
+  epilogue node of a smaller shape broadcast into the anchor's moves too when it reads nothing
+  another kernel writes (attention's causal mask from a buffer);
 * pointwise ops that read their operands at other positions than the output's (cat, flip,
   gather, ...: ``ops.INDEXED``) never absorb their producers, whose values must be in memory;
 * LSTM and GRU layers are anchors of their own (cuBLAS GEMMs and one gate kernel a time step);
@@ -338,11 +340,22 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
 
 
-def _same_shape_chain(ir: ProgramIR, g: Group) -> bool:
-    """Whether every epilogue node of a library anchor has the anchor's shape (no keepdim
-    reduction broadcast back into it), so that it can be computed on a consumer's load."""
+def _computable_on_load(ir: ProgramIR, g: Group, group_of: dict[str, Group]) -> bool:
+    """Whether every epilogue node of a library anchor can be computed on a consumer's load:
+    it has the anchor's shape, or a smaller one broadcast into it that reads nothing another
+    kernel writes (attention's causal mask, compared from a buffer)."""
     shape = ir.node(g.anchor or "").shape
-    return all(ir.node(m).shape == shape for m in g.epilogue)
+    members = set(g.epilogue)
+    for m in g.epilogue:
+        node = ir.node(m)
+        if node.shape == shape:
+            continue
+        if not _broadcasts(tuple(node.shape), tuple(shape)):
+            return False
+        for ref in node.tensor_refs():
+            if ref.kind == "node" and ref.name not in members and ref.name in group_of:
+                return False
+    return True
 
 
 def schedule_program(ir: ProgramIR) -> list[Group]:
@@ -421,7 +434,9 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             ):
                 if g.anchor is None:
                     absorb(group, g, as_prologue=True)
-                elif g.kind in ("conv", "gemm") and g.epilogue and _same_shape_chain(ir, g):
+                elif g.kind in ("conv", "gemm") and g.epilogue and _computable_on_load(
+                    ir, g, group_of
+                ):
                     # the library writes its result once; the epilogue runs on this kernel's load
                     group.prologue.extend(g.epilogue)
                     for m in g.epilogue:
