@@ -54,3 +54,47 @@ def test_views_of_copies_match_pytorch(case: str, tmp_path: Path) -> None:
     layer, call, shape = CASES[case]
     task, program = generate_checked(_PROBLEM.format(layer=layer, call=call, shape=shape))
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_HEADS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, 4, 8).transpose(1, 2)
+        k = k.view(b, t, 4, 8).transpose(1, 2)
+        v = v.reshape(b, t, 4, 8).transpose(1, 2)
+        y = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        return y.transpose(1, 2).reshape(b, t, c)
+
+
+def get_inputs():
+    return [torch.rand(3, 5, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_view_that_strides_allow_takes_no_copy(tmp_path: Path) -> None:
+    """``q.view(b, t, heads, dim)`` of a column slice is a view in PyTorch (only the last
+    dimension splits), so it needs no copy of its own; the final ``reshape`` of a transposed
+    tensor is not a view and keeps its copy."""
+    from stitch_graph.codegen import capture_program, plan_program
+
+    task, program = generate_checked(_HEADS)
+    copies = [
+        op for item in plan_program(capture_program(task)).items for op in item.ops if "_input" in op
+    ]
+    assert not {"view_input", "view_1_input", "reshape_input"} & set(copies), copies
+    assert "reshape_1_input" in copies  # y.transpose(1, 2).reshape(...) must copy
+    check_on_cpu(task, program, tmp_path, cooperative=True)

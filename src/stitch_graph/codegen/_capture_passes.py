@@ -1,6 +1,7 @@
 """Passes over the lowered IR: drop the nodes nothing reads, give the kernels that need
-contiguous operands a copy of each strided view they read, then take the bias off library
-convolutions and linears whose result only feeds a row kernel.
+contiguous operands a copy of each strided view they read (and a reshape the same, unless its
+input's strides already allow it as a view), then take the bias off library convolutions and
+linears whose result only feeds a row kernel.
 
 They run once the whole graph is lowered: they need every node's users and every operand's
 final layout.
@@ -34,7 +35,8 @@ _RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias o
 
 
 def _insert_copies(ir: ProgramIR) -> None:
-    """Give anchors that read strided views a contiguous copy (a pointwise ``copy`` node), then
+    """Give anchors that read strided views a contiguous copy (a pointwise ``copy`` node), and
+    reshapes of strided tensors too unless the strides allow the reshape as a view; then
     re-derive the strides of the views that now stand on a copy."""
     new_nodes: list[OpNode] = []
     for node in ir.nodes:
@@ -50,6 +52,8 @@ def _insert_copies(ir: ProgramIR) -> None:
             needs = isinstance(src, Ref) and src.kind == "node" and not ir.is_contiguous(src)
             if needs and info.kind == "gemm" and node.op != "linear":
                 needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
+            if needs and node.op in _RESHAPES:
+                needs = not _views_in_place(ir, src, node.shape)
             if needs:
                 name = f"{node.name}_{key}"
                 shape = ir.shapes[src]
@@ -157,6 +161,18 @@ def _split_library_bias(ir: ProgramIR) -> None:
             )
         )
     ir.nodes = new_nodes
+
+
+def _views_in_place(ir: ProgramIR, src: Ref, shape: tuple[int, ...]) -> bool:
+    """Whether the strided ``src`` takes ``shape`` as a view, with no copy (attention's
+    ``q.view(B, T, heads, dim)`` of a column slice does: only the last dimension splits)."""
+    dtype = getattr(torch, ir.dtypes.get(src, "float32"), torch.float32)
+    strided = torch.empty_strided(ir.shapes[src], ir.strides[src], dtype=dtype, device="meta")
+    try:
+        strided.view(shape)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _relayout_views(ir: ProgramIR) -> None:
