@@ -250,13 +250,14 @@ def measure(
     time_it = _timer(torch, args, runs)
     row["eager_ms"] = time_it(reference)
     row["ours_ms"] = time_it(ours)
-    if untuned is not None and (untuned.host_source, untuned.kernel_source) == (
-        candidate.host_source,
-        candidate.kernel_source,
-    ):
-        row["untuned_ms"] = row["ours_ms"]  # the tuner kept the untuned program: same program
-    elif untuned is not None:
-        row["untuned_ms"] = time_it(_build(torch, task, untuned, namespace, reference)[1])
+    if untuned is not None:
+        kept = (untuned.host_source, untuned.kernel_source) == (
+            candidate.host_source,
+            candidate.kernel_source,
+        )  # the tuner kept the untuned program: the same program, timed already
+        row["untuned_ms"] = (
+            row["ours_ms"] if kept else time_it(_build(torch, task, untuned, namespace, reference)[1])
+        )
     for side, mode in (("compile", "default"), ("reduce_overhead", "reduce-overhead")):
         if progress is not None:
             progress({**row, "seconds": round(time.perf_counter() - started, 2)})
@@ -294,12 +295,12 @@ def warm(path: Path) -> None:
 
 def _serve(jobs: Any, rows: Any) -> None:
     """Timing worker: measure each problem it is sent; an exception becomes an error row."""
+
+    def progress(row: dict[str, Any]) -> None:
+        rows.put(("partial", row))
+
     while (job := jobs.get()) is not None:
         path, options = job
-
-        def progress(row: dict[str, Any]) -> None:
-            rows.put(("partial", row))
-
         try:
             rows.put(("row", measure(Path(path), **options, progress=progress)))
         except Exception as error:  # noqa: BLE001

@@ -47,7 +47,7 @@ def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str
     operands' names. Each is a group of that one node whose operands are distinct float32
     outputs of other wanted groups, read by it alone."""
     users = ir.users()
-    produced = {g.output: g.id for g in groups if g.id in wanted}
+    produced = {g.output for g in groups if g.id in wanted}
     found: dict[str, list[str]] = {}
     for g in groups:
         node = ir.node(g.output)

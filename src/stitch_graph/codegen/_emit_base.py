@@ -178,6 +178,10 @@ _INDEXED_RULES: dict[str, str] = {
 }
 
 
+_ELEMENT_STORE = re.compile(r"\bout\[i\] = ")  # a kernel's store of element i of its output
+_ANY_STORE = re.compile(r"\bout\[")
+
+
 class _EmitterBase:
     """State of one emission (the program, its tuning, the kernels so far, notes) and the
     expression and pointwise emitters every kernel style builds on."""
@@ -504,13 +508,13 @@ class _EmitterBase:
         as ``out[i] = `` (``i`` being the element's index in the contiguous result)."""
         text = "\n".join(src_lines)
         dest = self.cat_slices.get(out.name)
-        stores = len(re.findall(r"\bout\[i\] = ", text))
+        stores = len(_ELEMENT_STORE.findall(text))
         if (
             dest is not None
-            and len(re.findall(r"\bout\[", text)) == stores > 0
+            and len(_ANY_STORE.findall(text)) == stores > 0
             and (dest.total < 2**31 or "long long i" in text)
         ):
-            self.kernels.append(re.sub(r"\bout\[i\] = ", f"out[{dest.element('i')}] = ", text))
+            self.kernels.append(_ELEMENT_STORE.sub(f"out[{dest.element('i')}] = ", text))
             self.written_in_place.add(out.name)
             py_args = ", ".join([*(_py(r) for r in args.refs), dest.buffer])
             return [f"KERNELS.{kernel}({grid}, {block}, {py_args})"]
