@@ -116,7 +116,9 @@ def _dynamic_flag(outcome: Any) -> tuple[bool, str]:
     return False, f"passed, {eager:.2f}x eager" if eager else "passed"
 
 
-def evaluate(entries: list[Entry], *, dynamic: bool, settings: Any = None) -> list[dict[str, Any]]:
+def evaluate(
+    entries: list[Entry], *, dynamic: bool, settings: Any = None, build_jobs: int = 8
+) -> list[dict[str, Any]]:
     """One row per entry: what each layer made of it."""
     from stitch_graph.reward.judges import RubricSample, RuleBasedJudge
 
@@ -127,8 +129,11 @@ def evaluate(entries: list[Entry], *, dynamic: bool, settings: Any = None) -> li
         from stitch_graph.execution.external import gpu_verifier
         from stitch_graph.task import load_task
 
-        # load_inline programs build PyTorch extensions in the worker: give them minutes
+        # load_inline programs build PyTorch extensions: all at once first, then each worker
+        # only loads its build
         verify = gpu_verifier(settings or RunSettings(timeout_s=600.0))
+        for built in verify.prebuild([e.candidate for e in entries], jobs=build_jobs):
+            print(f"built {built.digest}: {built.status} in {built.seconds:.1f} s", file=sys.stderr)
     judge = RuleBasedJudge()
     rows = []
     for entry in entries:
@@ -228,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--static-only", action="store_true", help="do not run the GPU layer")
     parser.add_argument("--entries", action="store_true", help="one row per program as well")
     parser.add_argument("--json", help="write every row to this file")
+    parser.add_argument(
+        "--build-jobs", type=int, default=8, help="load_inline builds at once, before the runs"
+    )
     args = parser.parse_args(argv)
     entries = load_corpus(Path(args.corpus))
     note = ""
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             note = "skipped: no GPU on this machine (the dynamic checks run candidates on one)"
     else:
         note = "skipped (--static-only)"
-    rows = evaluate(entries, dynamic=dynamic)
+    rows = evaluate(entries, dynamic=dynamic, build_jobs=args.build_jobs)
     print(render(rows, dynamic_note=note, entries=args.entries))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary(rows), "rows": rows}, indent=1))

@@ -129,3 +129,28 @@ def test_the_command_verifies_later_candidates_warm(settings, tmp_path):
     verdicts = json.loads(proc.stdout)
     assert [v["verdict"] for v in verdicts] == ["accepted", "accepted"]
     assert verdicts[1]["seconds"]["verify"] <= 3.0, verdicts[1]["seconds"]
+
+
+def _ninja_logs(settings: RunSettings) -> dict[str, str]:
+    folder = Path(settings.work_dir) / "execution" / "torch-extensions"
+    return {str(p): p.read_text() for p in folder.glob("*/.ninja_log")}
+
+
+def test_a_prebuilt_load_inline_program_builds_nothing_in_its_worker(tmp_path):
+    """The build job's nvcc flags are the candidate worker's: ninja finds nothing to do there."""
+    from stitch_graph.execution.external import gpu_verifier
+
+    settings = RunSettings(work_dir=str(tmp_path), timeout_s=600.0)
+    entry = next(e for e in ENTRIES if e.name == "load_inline")
+    (built,) = gpu_verifier(settings).prebuild([entry.candidate])
+    assert built.status == "ok", built.reason
+    logs = _ninja_logs(settings)
+    assert logs, "the build job left no ninja log"
+    pool = LocalGPUExecutor()
+    try:
+        verdict = _verify(entry, settings, pool)
+    finally:
+        pool.shutdown()
+    assert verdict.verdict == "accepted", verdict.reasons
+    assert _ninja_logs(settings) == logs
+    print(f"build job {built.seconds:.1f} s, verify {verdict.seconds}")

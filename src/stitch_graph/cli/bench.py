@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -312,6 +313,28 @@ def _print_summary(console: Any, summary: dict[str, Any]) -> None:
             console.print(note, markup=False, highlight=False)
 
 
+def _prebuild_candidates(
+    todo: list[tuple[Path, str]], folder: Path, settings: Any, console: Any
+) -> None:
+    """Build the given files' own ``load_inline`` extensions side by side before their runs,
+    which would otherwise build them one GPU job at a time."""
+    from stitch_graph.execution.external import CandidateInputError, read_candidate
+    from stitch_graph.execution.prebuild import builds_extensions, prebuild_external
+
+    candidates = []
+    for _, problem in todo:
+        found = find_candidate(folder, problem)
+        try:
+            candidate = read_candidate(found) if found is not None else None
+        except CandidateInputError:  # its row says so
+            continue
+        if candidate is not None and builds_extensions(candidate):
+            candidates.append(candidate)
+    if candidates:
+        console.print(f"building {len(candidates)} load_inline extensions first", markup=False)
+        prebuild_external(candidates, settings, jobs=max(1, (os.cpu_count() or 2) // 2))
+
+
 def _executor(args: argparse.Namespace) -> tuple[Any, int]:
     """The executor and how many problems to run at once."""
     if args.ray:
@@ -390,6 +413,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             + ("" if sweep.gpu else " [no GPU: programs are built, not checked or timed]"),
             markup=False,
         )
+        if args.candidates and sweep.gpu:
+            _prebuild_candidates(todo, Path(args.candidates), sweep.settings, console)
         pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="stitch-bench")
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:

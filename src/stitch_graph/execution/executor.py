@@ -47,7 +47,7 @@ __all__ = [
     "visible_gpus",
 ]
 
-JobKind = Literal["reference", "candidate", "timeline", "runner", "probe", "tune"]
+JobKind = Literal["reference", "candidate", "timeline", "runner", "probe", "tune", "build"]
 JobStatus = Literal["ok", "error", "timeout", "crashed", "memory"]
 
 RESULT_FILE = "result.json"

@@ -10,16 +10,23 @@ layout (``host.py``, ``candidate.json``, ``kernel.cu``) is read as the form it n
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from stitch_graph.artifacts import Candidate, Task
 from stitch_graph.execution.executor import Executor
 from stitch_graph.execution.files import load_candidate_dir
+from stitch_graph.execution.prebuild import BuildOutcome, prebuild_external
 from stitch_graph.execution.round import VerificationOutcome, verify_candidate
+from stitch_graph.execution.settings import RunSettings
 
-__all__ = ["CandidateInputError", "external_candidate", "gpu_verifier", "read_candidate"]
+__all__ = [
+    "CandidateInputError",
+    "GPUVerifier",
+    "external_candidate",
+    "gpu_verifier",
+    "read_candidate",
+]
 
 
 class CandidateInputError(ValueError):
@@ -105,22 +112,35 @@ def read_candidate(path: str | Path) -> Candidate:
     return external_candidate(text, notes=f"read from {where.name}")
 
 
-def gpu_verifier(
-    settings: Any = None, *, executor: Executor | None = None
-) -> Callable[[Task, Candidate], VerificationOutcome]:
-    """The Verifier's protocol as a plain function, for reward functions and scripts.
+class GPUVerifier:
+    """The Verifier's protocol as a plain callable, for reward functions and scripts.
+
+    ``verify(task, candidate) -> VerificationOutcome``; without a GPU every outcome is
+    ``not_run``. Calls from several threads share the executor, so a batch spreads over the
+    machine's GPUs. ``prebuild(candidates)`` first builds, several at once and off the GPU, the
+    extensions that external files build with ``load_inline``.
+    """
+
+    def __init__(self, settings: Any = None, executor: Executor | None = None) -> None:
+        self.settings = settings
+        self.executor = executor
+
+    def __call__(self, task: Task, candidate: Candidate) -> VerificationOutcome:
+        return verify_candidate(task, candidate, self.settings, executor=self.executor)
+
+    def prebuild(self, candidates: list[Candidate], *, jobs: int = 4) -> list[BuildOutcome]:
+        """Build the candidates' own extensions where their candidate workers will look."""
+        return prebuild_external(candidates, RunSettings.from_context(self.settings), jobs=jobs)
+
+
+def gpu_verifier(settings: Any = None, *, executor: Executor | None = None) -> GPUVerifier:
+    """The Verifier's protocol as a plain callable (:class:`GPUVerifier`).
 
     Args:
         settings: ``RunSettings``, ``StitchContext`` or None (defaults).
-        executor: Where candidates run; the process-wide GPU executor when None. Calls from
-            several threads share it, so a batch spreads over the machine's GPUs.
+        executor: Where candidates run; the process-wide GPU executor when None.
 
     Returns:
-        ``verify(task, candidate) -> VerificationOutcome``; without a GPU every outcome is
-        ``not_run``.
+        ``verify(task, candidate) -> VerificationOutcome``, with ``verify.prebuild``.
     """
-
-    def verify(task: Task, candidate: Candidate) -> VerificationOutcome:
-        return verify_candidate(task, candidate, settings, executor=executor)
-
-    return verify
+    return GPUVerifier(settings, executor)

@@ -14,8 +14,9 @@ path. It then takes on what a cold worker of that job would have had -- working 
 job exactly like a cold worker. End-of-file instead of a path (the parent went away) exits quietly.
 
 This module is the top of the package's worker side: ``HANDLERS``, the dispatch table from job
-kind to handler, imports the handlers of ``candidate``, ``reference`` and ``profiling`` (and
-``autotune`` when a tuning job arrives), and none of them imports this module back.
+kind to handler, imports the handlers of ``candidate``, ``prebuild``, ``reference`` and
+``profiling`` (and ``autotune`` when a tuning job arrives), and none of them imports this module
+back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from stitch_graph.execution._common import describe_exception
 from stitch_graph.execution.candidate import run_candidate_job
+from stitch_graph.execution.prebuild import run_build_job
 from stitch_graph.execution.prestart import READY_FILE
 from stitch_graph.execution.profiling import run_runner_job, run_timeline_job
 from stitch_graph.execution.reference import run_reference_job
@@ -80,6 +82,7 @@ def run_tuning_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
 
 
 HANDLERS: dict[str, Handler] = {
+    "build": run_build_job,
     "candidate": run_candidate_job,
     "probe": run_probe_job,
     "reference": run_reference_job,

@@ -195,6 +195,9 @@ class KernelReward:
                 continue
             pending.append((i, task, candidate, report))
         if pending:
+            prebuild = getattr(self.verifier, "prebuild", None)
+            if prebuild is not None:  # load_inline builds side by side, not one per GPU job
+                prebuild([p[2] for p in pending], jobs=self.parallel)
             with ThreadPoolExecutor(max_workers=min(self.parallel, len(pending))) as pool:
                 outcomes = list(pool.map(lambda p: self.verifier(p[1], p[2]), pending))
             for (i, task, candidate, report), outcome in zip(pending, outcomes, strict=True):
