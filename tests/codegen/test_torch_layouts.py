@@ -34,3 +34,20 @@ def test_permuted_einsum_result_matches_pytorch(tmp_path: Path) -> None:
     task, program = generate_checked(_PROBLEM)
     assert "torch.einsum" in program.host_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_atens_einsum_contraction_path_is_left_out_of_the_torch_call() -> None:
+    """With opt_einsum installed, export records ``aten.einsum(eq, ops, path=[...])``; the
+    public ``torch.einsum`` takes no ``path``."""
+    import torch
+
+    from stitch_graph.codegen._capture_names import _rewrite_call
+
+    graph = torch.fx.Graph()
+    a, b, c = (graph.placeholder(n) for n in "abc")
+    args, kwargs = ("ij,jk,kl->il", [a, b, c]), {"path": [0, 1, 0, 1]}
+    node = graph.call_function(torch.ops.aten.einsum.default, args, kwargs)
+    op, call, call_args, call_kwargs = _rewrite_call(None, node, list(args), dict(kwargs))
+    assert (op, call, call_kwargs) == ("einsum", "torch.einsum", {})
+    x = [torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)]
+    torch.testing.assert_close(torch.einsum(call_args[0], x, **call_kwargs), x[0] @ x[1] @ x[2])

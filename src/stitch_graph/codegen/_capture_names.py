@@ -202,6 +202,10 @@ def _rewrite_call(
             + [slice(start, end if end is None or end < 2**62 else None, step)]
         )
         return "getitem", "operator.getitem", [first, index], {}
+    if name == "einsum":
+        # ATen's contraction order (opt_einsum's, where installed) is no argument of
+        # torch.einsum, which finds the same order itself
+        call_kwargs = {k: v for k, v in call_kwargs.items() if k != "path"}
     return _canonical_name(fx_node), _overload_call(target, first), call_args, call_kwargs
 
 
