@@ -418,6 +418,9 @@ class KernelChoice(BaseModel):
     base_ms: float | None = None
     best_ms: float | None = None
     cached: bool = False
+    copies: int = Field(
+        default=1, description="Kernels that took this setting: the item and its exact copies."
+    )
 
 
 class TuningReport(BaseModel):

@@ -14,6 +14,7 @@ from stitch_graph.codegen.ir import Group, OpNode, ParamSpec, ProgramIR, Ref
 from stitch_graph.codegen.ops import REGISTRY, OpInfo, explain_unsupported
 from stitch_graph.codegen.schedule import (
     estimate_us,
+    group_signature,
     groups_from_plan,
     plan_program,
     schedule_program,
@@ -37,6 +38,7 @@ __all__ = [
     "emit_candidate",
     "estimate_us",
     "explain_unsupported",
+    "group_signature",
     "groups_from_plan",
     "plan_program",
     "schedule_program",

@@ -26,6 +26,10 @@ Rules, in the spirit of Inductor's scheduler but much smaller:
 
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
+
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
 from stitch_graph.codegen.ir import (
     Group,
@@ -44,6 +48,7 @@ from stitch_graph.codegen.ops import (
 )
 
 __all__ = [
+    "group_signature",
     "groups_from_plan",
     "index_position",
     "node_kind",
@@ -486,6 +491,36 @@ def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
             flops += (info.flops if info else 1.0) * numel(node.shape)
     out = ir.node(group.output)
     return 4.0 * (reads + numel(out.shape)), flops
+
+
+def group_signature(ir: ProgramIR, group: Group) -> str:
+    """What the group computes, its names left out: two groups with the same signature emit the
+    same kernel on the same shapes (a repeated layer, an unrolled recurrent step), so the tuner
+    times one of them and gives every copy its choice.
+
+    Operands are named by their place in the group, or outside it by their kind, shape and
+    strides; ops, shapes, dtypes, literal arguments and lowering attributes are kept as they are.
+    """
+    place = {name: i for i, name in enumerate(group.members)}
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, Ref):
+            if value.kind == "node" and value.name in place:
+                return f"member{place[value.name]}"
+            return [value.kind, ir.shapes.get(value), ir.strides.get(value)]
+        if isinstance(value, list | tuple):
+            return [canonical(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): canonical(v) for k, v in sorted(value.items(), key=str)}
+        return value if isinstance(value, int | float | str | bool) or value is None else repr(value)
+
+    parts = [
+        [node.op, node.shape, node.dtype, canonical(node.args), canonical(node.attrs)]
+        for node in (ir.node(name) for name in group.members)
+    ]
+    out = Ref("node", group.output)
+    text = json.dumps([group.kind, parts, ir.strides.get(out)], default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def estimate_us(ir: ProgramIR, group: Group) -> float:

@@ -37,6 +37,7 @@ from stitch_graph.codegen import (
     Tuning,
     emit_candidate,
     estimate_us,
+    group_signature,
     groups_from_plan,
 )
 from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
@@ -55,7 +56,7 @@ __all__ = [
     "tuning_job",
 ]
 
-TUNER_VERSION = "1"
+TUNER_VERSION = "2"
 Measure = Callable[[Candidate], float | None]
 
 
@@ -162,11 +163,18 @@ def autotune(
         group.id: space_kind(group.kind, ir.node(group.anchor).op if group.anchor else None)
         for group in groups
     }
-    # heaviest kernels first (roofline estimate), so a budget cut leaves the light ones
+    # copies of one kernel (repeated layers, unrolled steps) are tuned as one: a setting is
+    # timed on all of them at once, so its gain shows, and the budget is paid once
     cost = {group.id: estimate_us(ir, group) for group in groups}
-    order = sorted(plan.items, key=lambda i: -cost.get(i.id, 0.0))
+    signature = {group.id: group_signature(ir, group) for group in groups}
+    classes: dict[tuple[str, str], list[str]] = {}
+    for entry in plan.items:
+        classes.setdefault((kinds[entry.id], signature.get(entry.id, entry.id)), []).append(entry.id)
+    # heaviest classes first (roofline estimate), so a budget cut leaves the light ones
+    order = sorted(classes.items(), key=lambda c: -sum(cost.get(i, 0.0) for i in c[1]))
     timed: list[tuple[str, str, bool]] = []  # (cache key, item, whole space searched) this run
-    for item, kind in [(_PROGRAM, "cuda_graph"), *((i.id, kinds[i.id]) for i in order)]:
+    for (kind, _), items in [(("cuda_graph", ""), [_PROGRAM]), *order]:
+        item = items[0]
         if spent() and item != _PROGRAM:
             report.note = f"budget of {budget_s:.0f} s spent before {item}"
             break
@@ -175,7 +183,7 @@ def autotune(
         )
         stored = cache.get(key) if cache is not None else None
         if stored is not None:
-            tuner.apply(item, stored["setting"])
+            tuner.apply(items, stored["setting"])
             choice = KernelChoice(
                 item=item,
                 kind=kind,
@@ -184,6 +192,7 @@ def autotune(
                 base_ms=stored.get("base_ms"),
                 best_ms=stored.get("best_ms"),
                 cached=True,
+                copies=len(items),
             )
         else:
             if not timed and tuner.warm_up() is None:
@@ -202,7 +211,7 @@ def autotune(
             )
             # graph replay or not is timed whatever the budget: on a launch-bound model it is
             # the largest choice, and one build of a big program can cost a short budget whole
-            tried, complete = tuner.search(item, space, spent if item != _PROGRAM else _never)
+            tried, complete = tuner.search(items, space, spent if item != _PROGRAM else _never)
             choice = KernelChoice(
                 item=item,
                 kind=kind,
@@ -210,6 +219,7 @@ def autotune(
                 tried=tried,
                 base_ms=base_ms,
                 best_ms=tuner.current_ms(),
+                copies=len(items),
             )
             # a search the budget cut short is no choice to keep: the next run searches again
             timed.append((key, item, complete))
@@ -326,25 +336,27 @@ class _Tuner:
         setting = self.tuning.for_item(item)
         return {k: v for k, v in setting.model_dump().items() if getattr(defaults, k) != v}
 
-    def _with(self, item: str, setting: dict[str, Any]) -> Tuning:
+    def _with(self, items: list[str], setting: dict[str, Any]) -> Tuning:
         trial = self.tuning.model_copy(deep=True)
-        if item == _PROGRAM:
+        if items == [_PROGRAM]:
             trial.cuda_graph = setting["cuda_graph"]
         else:
-            trial.kernels[item] = KernelTuning.model_validate(setting)
+            knobs = KernelTuning.model_validate(setting)
+            trial.kernels.update({item: knobs.model_copy() for item in items})
         return trial
 
-    def apply(self, item: str, setting: dict[str, Any]) -> None:
-        """Take a stored setting without measuring it."""
-        self.tuning = self._with(item, setting)
+    def apply(self, items: list[str], setting: dict[str, Any]) -> None:
+        """Take a stored setting for ``items`` (one kernel and its copies) without measuring."""
+        self.tuning = self._with(items, setting)
         self.program = emit_candidate(self.ir, self.plan, tuning=self.tuning)
         self._measured = False
 
     def search(
-        self, item: str, space: list[dict[str, Any]], spent: Callable[[], bool]
+        self, items: list[str], space: list[dict[str, Any]], spent: Callable[[], bool]
     ) -> tuple[int, bool]:
-        """Time each distinct program of ``space``; keep the clearly fastest. Returns how many
-        programs were timed, and whether the whole space was (``False``: the budget ended)."""
+        """Time each distinct program of ``space``, each setting given to all of ``items``;
+        keep the clearly fastest. Returns how many programs were timed, and whether the whole
+        space was (``False``: the budget ended)."""
         seen = {_program_id(self.program)}
         tried = 0
         complete = True
@@ -352,7 +364,7 @@ class _Tuner:
             if spent():
                 complete = False
                 break
-            trial = self._with(item, setting)
+            trial = self._with(items, setting)
             try:
                 candidate = emit_candidate(self.ir, self.plan, tuning=trial)
             except EmitError:
@@ -369,8 +381,9 @@ class _Tuner:
             current = self.current_ms()
             if ms is not None and current is not None and ms < current * (1.0 - self.min_gain):
                 self.tuning, self.program, self._ms = trial, candidate, ms
-        if item != _PROGRAM:  # explicit, so a run from the cache gives an equal tuning
-            self.tuning.kernels[item] = self.tuning.for_item(item)
+        if items != [_PROGRAM]:  # explicit, so a run from the cache gives an equal tuning
+            chosen = self.tuning.for_item(items[0])
+            self.tuning.kernels.update({item: chosen.model_copy() for item in items})
         return tried, complete
 
 
