@@ -159,7 +159,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "glu_last_dim": (_problem("F.glu(x) * 2.0", f"{R}(4, 10)"), None),
     "glu_module_channels": (_problem("self.g(torch.tanh(x)) + 1.0", f"{R}(2, 6, 5)", "self.g = nn.GLU(dim=1)"), None),  # noqa: E501
     # ---- pointwise ops added from sweeps
-    "pointwise_one_item_per_thread": (_problem("torch.sigmoid(x) * y + 1.0", f"{R}(6, 40), {R}(6, 40)", params="x, y"), Tuning(default=KernelTuning(grid_waves=0))),  # noqa: E501
+    "pointwise_grid_stride_capped": (_problem("torch.sigmoid(x) * y + 1.0", f"{R}(6, 40), {R}(6, 40)", params="x, y"), Tuning(default=KernelTuning(grid_waves=32))),  # noqa: E501
     "shrinks_and_frac": (_problem("F.softshrink(x, 0.3) + F.hardshrink(x, 0.7) + torch.frac(x * 3.0)", f"{R}(4, 33)"), None),  # noqa: E501
 }
 

@@ -29,8 +29,8 @@ _SMS = 132
 
 
 def _grid_stride_blocks(n: int, block: int, waves: int) -> int:
-    """Blocks of a grid-stride loop over ``n`` items: ``waves`` blocks per SM at most (the
-    default keeps every SM busy while each thread walks several items), 0 for one item each."""
+    """Blocks of a grid-stride loop over ``n`` items: ``waves`` blocks per SM at most (each
+    thread walks several items), 0 (the default) for one item each."""
     cap = _SMS * waves if waves > 0 else 2**31 - 1
     return max(1, min(math.ceil(n / block), cap))
 

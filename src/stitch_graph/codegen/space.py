@@ -27,7 +27,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     "pointwise": [
         *({"block_size": b} for b in _BLOCKS),
         *({"block_size": b, "unroll": 4} for b in (256, 1024)),
-        *({"grid_waves": w} for w in (0, 128)),
+        *({"grid_waves": w} for w in (32, 128)),
         {"vector_width": 1},
     ],
     "reduction": [

@@ -29,7 +29,7 @@ _FMA_MATH = 3  # CUDNN_FMA_MATH: plain FP32 FMAs, no tensor cores and so no TF32
 _ALGO_COUNT = 8  # enough for every forward and backward-data algorithm
 _FWD_TRANSFORMS = frozenset({4, 5, 6, 7})  # forward FFT, FFT_TILING, WINOGRAD, WINOGRAD_NONFUSED
 _BWD_DATA_TRANSFORMS = frozenset({2, 3, 4, 5})  # backward-data FFT, FFT_TILING, WINOGRAD(_NONFUSED)
-_WORKSPACE_LIMIT = 1 << 30
+_MIN_WORKSPACE_LIMIT = 1 << 30
 _INT_MAX = 2**31 - 1
 
 # graph API enumerations (cudnn_graph.h, stable since cuDNN 8)
@@ -144,6 +144,18 @@ class Cudnn:
         self._plans: dict[tuple, _Plan | _GraphPlan] = {}
         self._lock = threading.Lock()
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        self._workspace_limit: int | None = None
+
+    def workspace_limit(self) -> int:
+        """The largest workspace an engine may ask for: a quarter of the GPU's free memory when
+        first asked, at least 1 GiB. Eager's convolutions are bounded only by what its allocator
+        can give, and at large batches the engines cuDNN ranks first can need several GiB."""
+        if self._workspace_limit is None:
+            import torch
+
+            free, _ = torch.cuda.mem_get_info()
+            self._workspace_limit = max(_MIN_WORKSPACE_LIMIT, free // 4)
+        return self._workspace_limit
 
     def _check(self, status: int, what: str) -> None:
         if status:
@@ -271,7 +283,7 @@ class Cudnn:
                     (_A_PLAN_CONFIG, _T_DESCRIPTOR, vp, [config.value])])
                 if plan:
                     (size,) = self._get(plan, _A_PLAN_WORKSPACE, _T_INT64, i64, 1)
-                    if size <= _WORKSPACE_LIMIT:
+                    if size <= self.workspace_limit():
                         if found is not None:
                             self._release(found)
                         found = _GraphPlan(plan, size, [*keep, config])
@@ -335,7 +347,7 @@ class Cudnn:
             else:
                 status = lib.cudnnGetConvolutionForwardWorkspaceSize(
                     handle, x, w, conv, y, p.algo, ctypes.byref(size))
-            if status == 0 and size.value <= _WORKSPACE_LIMIT:
+            if status == 0 and size.value <= self.workspace_limit():
                 return _Plan(x, w, y, conv, p.algo, size.value)
         msg = (f"cuDNN offers no FP32 algorithm for {'transposed ' if transposed else ''}"
                f"convolution x{list(xs)} w{list(ws)} -> {list(ys)}")
