@@ -234,10 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", action="store_true", help="one row per program as well")
     parser.add_argument("--json", help="write every row to this file")
     parser.add_argument(
+        "--only", default="", help="comma-separated parts of GROUP/NAME; run just those programs"
+    )
+    parser.add_argument(
         "--build-jobs", type=int, default=8, help="load_inline builds at once, before the runs"
     )
     args = parser.parse_args(argv)
     entries = load_corpus(Path(args.corpus))
+    if args.only:
+        parts = [p for p in args.only.split(",") if p]
+        entries = [e for e in entries if any(p in f"{e.group}/{e.name}" for p in parts)]
     note = ""
     dynamic = not args.static_only
     if dynamic:
