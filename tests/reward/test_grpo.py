@@ -102,3 +102,21 @@ def test_problem_text_in_the_column_and_clear_errors():
     with pytest.raises(TypeError, match="gpu_verifier"):
         KernelReward({"bias_relu": PROBLEM})
     assert reward.__name__ == "stitch_kernel_reward"
+
+
+def test_a_verifier_that_prebuilds_gets_the_batch_first():
+    """A verifier with ``prebuild`` (``gpu_verifier()``'s) is handed the batch's candidates that
+    passed the static checks before any is verified, with the batch's parallelism."""
+    order: list[str] = []
+
+    class Prebuilding(ScriptedVerifier):
+        def prebuild(self, candidates, *, jobs):
+            order.append(f"prebuild {len(candidates)} x{jobs}")
+
+        def __call__(self, task, candidate):
+            order.append("verify")
+            return super().__call__(task, candidate)
+
+    reward = KernelReward({"bias_relu": PROBLEM}, verifier=Prebuilding(), parallel=3)
+    reward(["p"] * 3, [fenced(HONEST), fenced(HACK), fenced(HONEST)])
+    assert order == ["prebuild 2 x3", "verify", "verify"]
