@@ -156,6 +156,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "attention": (_problem("F.scaled_dot_product_attention(q, k, v)", f"{R}(2, 3, 10), {R}(2, 4, 10), {R}(2, 4, 6)", params="q, k, v"), None),  # noqa: E501
     "einsum_broadcast_matmul": (_problem("torch.einsum('bijl,lk->bijk', x, w)", f"{R}(2, 3, 4, 5), {R}(5, 6)", params="x, w"), None),  # noqa: E501
     "einsum_transposed": (_problem("torch.einsum('bij,bkj->bik', x, y)", f"{R}(2, 3, 10), {R}(2, 4, 10)", params="x, y"), None),  # noqa: E501
+    "inverted_bool_mask": (_problem("x.masked_fill(~(x > 0.5), 0.0) * 2.0", f"{R}(6, 40)"), None),  # noqa: E501
     "glu_last_dim": (_problem("F.glu(x) * 2.0", f"{R}(4, 10)"), None),
     "glu_module_channels": (_problem("self.g(torch.tanh(x)) + 1.0", f"{R}(2, 6, 5)", "self.g = nn.GLU(dim=1)"), None),  # noqa: E501
     # ---- pointwise ops added from sweeps

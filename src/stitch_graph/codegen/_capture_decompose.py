@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_base import CaptureError, _subst, _to_meta
+from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
 from stitch_graph.codegen._capture_names import _canonical_name, _qualname
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, lookup, parse_signature
@@ -242,14 +243,31 @@ def _distance(
 def _decompose_einsum(
     ir: ProgramIR, fx_node: torch.fx.Node, args: list[Any], ours: dict[Ref, Any]
 ) -> Ref | None:
+    """An einsum as registry ops: a (batched, broadcast) matrix product as one ``matmul``,
+    any other plain equation as pairwise contractions (``_capture_einsum``)."""
+    ref = _einsum_as_matmul(ir, fx_node, args, ours)
+    if ref is not None:
+        return ref
+    count = len(ir.nodes)
+    try:
+        return lower_einsum(ir, _Builder(ir, ours, fx_node.name), args, fx_node.kwargs.get("path"))
+    except Exception:  # noqa: BLE001 - the call stays in PyTorch, declared
+        del ir.nodes[count:]
+        return None
+
+
+def _einsum_as_matmul(
+    ir: ProgramIR, fx_node: torch.fx.Node, args: list[Any], ours: dict[Ref, Any]
+) -> Ref | None:
     """A two-operand einsum that is a (batched, broadcast) matrix product -> ``matmul``.
 
     Operands ``A[..., m, c]`` and ``B[..., c, n]`` (or ``B[..., n, c]``, read transposed) with
     one contracted letter ``c`` and an output ``...mn``, batch letters shared right-aligned.
     """
-    if len(args) != 3 or not isinstance(args[0], str):
+    parsed = einsum_operands(args)
+    if parsed is None or len(parsed[1]) != 2:
         return None
-    eq, x, y = args[0].replace(" ", ""), args[1], args[2]
+    eq, (x, y) = parsed[0].replace(" ", ""), parsed[1]
     if not isinstance(x, Ref) or not isinstance(y, Ref) or "->" not in eq or "." in eq:
         return None
     lhs, out = eq.split("->")

@@ -223,6 +223,9 @@ def _variant(
     info = lookup(op)
     if op == "gelu" and bound.get("approximate") == "tanh":
         return "gelu_tanh", bound, attrs
+    first = call_args[0] if call_args else None
+    if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
+        return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
     if op == "div" and bound.get("rounding_mode") == "floor":
         return "div_floor", bound, attrs
     if op == "div" and bound.get("rounding_mode") == "trunc":

@@ -179,6 +179,7 @@ _op("floor", POINTWISE, "input", "floorf({input})")
 _op("ceil", POINTWISE, "input", "ceilf({input})")
 _op("round", POINTWISE, "input", "rintf({input})")
 _op("trunc", POINTWISE, "input", "truncf({input})")
+_op("logical_not", POINTWISE, "input", "(!{input})", note="bitwise_not of a bool tensor too")
 _op("sign", POINTWISE, "input", "(float)(({input} > 0.f) - ({input} < 0.f))", aliases=("sgn",))
 # constant exponents as PyTorch's CUDA pow computes them: products, a square root, a reciprocal
 _POW_EXACT = {

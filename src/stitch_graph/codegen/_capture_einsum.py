@@ -1,0 +1,156 @@
+"""``einsum`` of any number of operands as registry ops: pairwise contractions.
+
+Each step takes two operands (in the order of ATen's recorded contraction path where there is
+one, else the first two, as opt_einsum's convention appends each result at the end). Letters
+that neither the other operand nor anything later needs are summed out first. Letters shared by
+both and needed later are batch letters; letters shared and not needed are contracted. With
+something to contract, the pair becomes one (batched) ``matmul`` of operands permuted to
+``[batch, free, contracted]`` and ``[batch, contracted, free]``; with nothing, a broadcast
+``mul``. A last permute gives the output's letter order.
+
+Only plain equations are taken: explicit ``->``, no ellipsis, no letter twice in one operand,
+float32 operands whose sizes agree letter by letter. Anything else stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from stitch_graph.codegen.ir import ProgramIR, Ref
+
+__all__ = ["einsum_operands", "lower_einsum"]
+
+
+def einsum_operands(args: list[Any]) -> tuple[str, list[Any]] | None:
+    """``(equation, operands)`` of ``torch.einsum(eq, a, b, ...)`` or ``aten.einsum(eq, [a,
+    b, ...])``; ``None`` for any other form."""
+    if len(args) < 2 or not isinstance(args[0], str):
+        return None
+    if len(args) == 2 and isinstance(args[1], list | tuple):
+        return args[0], list(args[1])
+    return args[0], list(args[1:])
+
+
+def _parse(ir: ProgramIR, eq: str, operands: list[Any]) -> tuple[list[str], str, dict] | None:
+    eq = eq.replace(" ", "")
+    if "->" not in eq or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    subs = lhs.split(",")
+    if len(subs) != len(operands) or len(set(out)) != len(out):
+        return None
+    sizes: dict[str, int] = {}
+    for letters, ref in zip(subs, operands, strict=True):
+        if not isinstance(ref, Ref) or ir.dtypes.get(ref) != "float32":
+            return None
+        shape = ir.shapes[ref]
+        if len(set(letters)) != len(letters) or len(letters) != len(shape):
+            return None
+        for letter, size in zip(letters, shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                return None  # broadcast sizes: left to PyTorch
+    if not set(out) <= set(sizes):
+        return None
+    return subs, out, sizes
+
+
+def _pairs(path: Any, count: int) -> list[tuple[int, int]]:
+    """The contraction order: ATen's flattened path of pairs where it is a valid one."""
+    flat = list(path) if isinstance(path, list | tuple) else []
+    pairs = [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+    left = count
+    for i, j in pairs:
+        if i == j or not (0 <= i < left and 0 <= j < left):
+            return [(0, 1)] * (count - 1)
+        left -= 1
+    return pairs if len(pairs) == count - 1 else [(0, 1)] * (count - 1)
+
+
+class _Einsum:
+    """Appends the nodes of one einsum through ``build`` (the decomposition's builder)."""
+
+    def __init__(self, ir: ProgramIR, build: Any, sizes: dict[str, int]) -> None:
+        self.ir, self.b, self.sizes = ir, build, sizes
+
+    def permute(self, ref: Ref, letters: str, order: str) -> Ref:
+        if letters == order:
+            return ref
+        return self.b("permute", "permute", ref, *[letters.index(c) for c in order])
+
+    def view(self, ref: Ref, shape: list[int]) -> Ref:
+        if list(self.ir.shapes[ref]) == shape:
+            return ref
+        return self.b("view", "reshape", ref, shape)
+
+    def reshape(self, ref: Ref, groups: list[str]) -> Ref:
+        return self.view(ref, [math.prod(self.sizes[c] for c in g) for g in groups])
+
+    def sum_out(self, ref: Ref, letters: str, keep: set[str]) -> tuple[Ref, str]:
+        gone = [i for i, c in enumerate(letters) if c not in keep]
+        if not gone:
+            return ref, letters
+        kept = "".join(c for c in letters if c in keep)
+        return self.b("sum", torch.sum, ref, gone), kept
+
+    def pair(self, a: Ref, sa: str, b: Ref, sb: str, needed: set[str]) -> tuple[Ref, str]:
+        a, sa = self.sum_out(a, sa, needed | set(sb))
+        b, sb = self.sum_out(b, sb, needed | set(sa))
+        batch = "".join(c for c in sa if c in sb and c in needed)
+        contracted = "".join(c for c in sa if c in sb and c not in needed)
+        free_a = "".join(c for c in sa if c not in sb)
+        free_b = "".join(c for c in sb if c not in sa)
+        letters = batch + free_a + free_b
+        if not contracted:  # an outer or elementwise product: a broadcast multiply
+            ones_a, ones_b = [1] * len(free_b), [1] * len(free_a)
+            left = self.view(self.permute(a, sa, batch + free_a), [*self._sizes(batch + free_a), *ones_a])
+            right = self.view(
+                self.permute(b, sb, batch + free_b),
+                [*self._sizes(batch), *ones_b, *self._sizes(free_b)],
+            )
+            return self.b("mul", torch.mul, left, right), letters
+        if batch:
+            groups_a, groups_b = [batch, free_a, contracted], [batch, contracted, free_b]
+        else:
+            groups_a, groups_b = [free_a, contracted], [contracted, free_b]
+        left = self.reshape(self.permute(a, sa, batch + free_a + contracted), groups_a)
+        right = self.reshape(self.permute(b, sb, batch + contracted + free_b), groups_b)
+        product = self.b("matmul", torch.matmul, left, right)
+        return self.view(product, self._sizes(letters)), letters
+
+    def _sizes(self, letters: str) -> list[int]:
+        return [self.sizes[c] for c in letters]
+
+
+def lower_einsum(ir: ProgramIR, build: Any, args: list[Any], path: Any = None) -> Ref | None:
+    """The result of ``einsum(*args)`` built from registry ops, or ``None`` (nothing built)
+    where the equation is outside what this reproduces.
+
+    Args:
+        ir: The program being lowered (operand shapes and dtypes).
+        build: The decomposition's node builder, ``build(op, fn, *args) -> Ref``.
+        args: The call's arguments (either calling form).
+        path: ATen's contraction path (a flat list of operand pairs), if it recorded one.
+    """
+    parsed = einsum_operands(args)
+    if parsed is None:
+        return None
+    eq, operands = parsed
+    spec = _parse(ir, eq, operands)
+    if spec is None:
+        return None
+    subs, out, sizes = spec
+    steps = _Einsum(ir, build, sizes)
+    items: list[tuple[Ref, str]] = list(zip(operands, subs, strict=True))
+    for i, j in _pairs(path, len(items)):
+        (a, sa), (b, sb) = items[i], items[j]
+        rest = [s for k, (_, s) in enumerate(items) if k not in (i, j)]
+        needed = set(out).union(*map(set, rest)) if rest else set(out)
+        for k in sorted((i, j), reverse=True):
+            del items[k]
+        items.append(steps.pair(a, sa, b, sb, needed))
+    (result, letters), = items
+    result, letters = steps.sum_out(result, letters, set(out))
+    return steps.permute(result, letters, out)
