@@ -132,3 +132,18 @@ def test_a_hung_baseline_keeps_the_programs_own_row(sweep):
     assert sweep.row_after_loss(None, "worker died (exit code -9)") == {
         "error": "worker died (exit code -9)"
     }
+
+
+def test_a_problem_printed_again_later_keeps_its_latest_row(sweep, tmp_path, capsys):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    for row in ROWS:
+        sweep.print_row(row)
+    first.write_text(capsys.readouterr().out)
+    faster = {**ROWS[0], "ours_ms": ROWS[0]["ours_ms"] / 2}
+    sweep.print_row(faster)
+    second.write_text(capsys.readouterr().out)
+    back = sweep.rows_from_output([first, second])["level2"]
+    assert sorted(r["problem"] for r in back) == sorted(r["problem"] for r in ROWS)
+    again = next(r for r in back if r["problem"] == ROWS[0]["problem"])
+    assert again["from"] == "b.txt"
+    assert again["ours_ms"] == pytest.approx(faster["ours_ms"], rel=1e-3)

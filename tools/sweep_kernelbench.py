@@ -22,8 +22,8 @@ Prints one row per problem, then per level: geometric means of the speedups over
 against eager, compile and reduce-overhead, and KernelBench's fast_0 / fast_1 (share of all
 problems that are correct / correct and faster than the baseline). ``--json FILE`` keeps the rows
 (and ``FILE.rows.jsonl`` each row as it comes, so a run cut short keeps what it measured);
-``--summarize OUTPUT...`` reads printed sweeps back (parts of one level joined) and prints the
-summaries and the slowest rows against torch.compile.
+``--summarize OUTPUT...`` reads printed sweeps back (parts of one level joined, a problem's
+latest row kept) and prints the summaries and the slowest rows against torch.compile.
 
 Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR ...] [--warm 12]
 [--only TEXT] [--skip N] [--limit N] [--timeout 180] [--runs 20] [--tol 1e-4] [--tune] [--json FILE]``
@@ -503,15 +503,17 @@ def problem_files(folders: list[Path], only: str, limit: int, skip: int = 0) -> 
 
 
 def rows_from_output(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:
-    """Rows read back from printed sweeps (several parts of one level may be joined)."""
-    rows: dict[str, list[dict[str, Any]]] = {}
+    """Rows read back from printed sweeps (several parts of one level may be joined). A
+    problem printed again in a later file, or later in one, keeps only its latest row, which
+    names the file it came from (``from``)."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     for path in paths:
         for line in path.read_text().splitlines():
             head, _, rest = line.partition(" ")
             if "/" not in head or not head.startswith("level"):
                 continue
             fields = rest.split()
-            row: dict[str, Any] = {"problem": head}
+            row: dict[str, Any] = {"problem": head, "from": path.name}
             if fields[0] == "ERROR":
                 row["error"] = rest.partition("ERROR ")[2]
             else:
@@ -525,8 +527,10 @@ def rows_from_output(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:
                 if xtune != "-" and row.get("ours_ms"):
                     row["untuned_ms"] = float(xtune) * row["ours_ms"]
                 row["declared"] = [] if fields[-1] == "-" else fields[-1].split(",")
-            rows.setdefault(head.split("/")[0], []).append(row)
-    return rows
+            level = rows.setdefault(head.split("/")[0], {})
+            level.pop(head, None)  # the latest row goes last, in the order rows were printed
+            level[head] = row
+    return {level: list(by_problem.values()) for level, by_problem in rows.items()}
 
 
 def print_slowest(rows: list[dict[str, Any]], side: str = "compile", count: int = 10) -> None:
