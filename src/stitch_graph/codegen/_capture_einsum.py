@@ -105,7 +105,9 @@ class _Einsum:
         letters = batch + free_a + free_b
         if not contracted:  # an outer or elementwise product: a broadcast multiply
             ones_a, ones_b = [1] * len(free_b), [1] * len(free_a)
-            left = self.view(self.permute(a, sa, batch + free_a), [*self._sizes(batch + free_a), *ones_a])
+            left = self.view(
+                self.permute(a, sa, batch + free_a), [*self._sizes(batch + free_a), *ones_a]
+            )
             right = self.view(
                 self.permute(b, sb, batch + free_b),
                 [*self._sizes(batch), *ones_b, *self._sizes(free_b)],
