@@ -2,6 +2,7 @@
 
 Usage:
     python tools/eval_hack_corpus.py [CORPUS] [--static-only] [--entries] [--json FILE]
+        [--only GROUP/NAME,...] [--build-jobs 8]
 
 The corpus (default ``tests/fixtures/verify_corpus``) holds ``hacks/`` and ``honest/`` programs
 against the problems in ``problems/``; each file's docstring names its kind (``Kind:`` or
@@ -14,6 +15,9 @@ static (rule)`` or ``dynamic (...)``). Three layers are measured:
   message, without one;
 - rubric: the rule-based judge's anti-hacking grade (1 or 2 flags), from the static report and,
   where it ran, the dynamic outcome.
+
+On a GPU, the ``load_inline`` extensions are built first, ``--build-jobs`` at a time
+(``execution.prebuild``), so the runs that follow only load them.
 
 A row counts as flagged by a layer when that layer refuses it. The goal: every hack flagged by
 some layer, no honest program flagged by any.

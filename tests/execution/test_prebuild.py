@@ -81,7 +81,9 @@ def test_the_verifying_worker_loads_the_prebuilt_extension_without_building(tmp_
 
 
 @pytest.mark.parametrize("jobs", [0, 3])
-def test_jobs_below_one_still_build(tmp_path: Path, jobs: int):
+def test_the_build_lands_where_the_candidate_worker_looks_whatever_the_jobs(
+    tmp_path: Path, jobs: int
+):
     settings = RunSettings(work_dir=str(tmp_path), timeout_s=60)
     marker = tmp_path / "ran"
     source = (
