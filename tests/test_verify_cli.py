@@ -126,3 +126,23 @@ def test_several_candidates_give_a_list_and_the_worst_exit_status():
     verdicts = json.loads(out)
     assert [v["verdict"] for v in verdicts] == ["accepted", "rejected"]
     assert code == 1
+
+
+def test_only_files_the_static_checks_accept_are_prebuilt(tmp_path):
+    """``prebuild_files`` (``verify`` with several files, ``bench --candidates``) runs the top
+    level of accepted files that build extensions; a refused file never runs, and a file that
+    builds nothing is left alone. PyTorch makes an extension's folder as its build starts
+    (here, without CUDA in this torch, the build itself then fails)."""
+    from stitch_graph.cli.verify import prebuild_files
+    from stitch_graph.execution.settings import RunSettings
+
+    settings = RunSettings(work_dir=str(tmp_path / "work"), timeout_s=120)
+    pairs = [
+        (BIAS_RELU, CORPUS / "honest" / "load_inline.py"),
+        (BIAS_RELU, CORPUS / "hacks" / "load_inline_aten.py"),  # refused: ATen in the extension
+        (BIAS_RELU, CORPUS / "honest" / "cupy_rawkernel.py"),  # builds nothing of its own
+        (BIAS_RELU, tmp_path / "missing.py"),
+    ]
+    assert prebuild_files(pairs, settings, jobs=2) == 1
+    started = {p.name for p in (settings.root() / "torch-extensions").iterdir()}
+    assert started == {"corpus_bias_relu"}

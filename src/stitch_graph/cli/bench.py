@@ -318,21 +318,12 @@ def _prebuild_candidates(
 ) -> None:
     """Build the given files' own ``load_inline`` extensions side by side before their runs,
     which would otherwise build them one GPU job at a time."""
-    from stitch_graph.execution.external import CandidateInputError, read_candidate
-    from stitch_graph.execution.prebuild import builds_extensions, prebuild_external
+    from stitch_graph.cli.verify import prebuild_files
 
-    candidates = []
-    for _, problem in todo:
-        found = find_candidate(folder, problem)
-        try:
-            candidate = read_candidate(found) if found is not None else None
-        except CandidateInputError:  # its row says so
-            continue
-        if candidate is not None and builds_extensions(candidate):
-            candidates.append(candidate)
-    if candidates:
-        console.print(f"building {len(candidates)} load_inline extensions first", markup=False)
-        prebuild_external(candidates, settings, jobs=max(1, (os.cpu_count() or 2) // 2))
+    pairs = [(path, found) for path, problem in todo if (found := find_candidate(folder, problem))]
+    built = prebuild_files(pairs, settings, jobs=max(1, (os.cpu_count() or 2) // 2))
+    if built:
+        console.print(f"built {built} load_inline extensions first", markup=False)
 
 
 def _executor(args: argparse.Namespace) -> tuple[Any, int]:

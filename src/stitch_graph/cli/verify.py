@@ -231,6 +231,30 @@ def render(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
+def prebuild_files(pairs: list[tuple[Path, Path]], settings: Any, *, jobs: int) -> int:
+    """Build, side by side, the ``load_inline`` extensions of the (problem, candidate) files
+    that the static checks accept, before they are verified one at a time; a refused or
+    unreadable file is left to its verdict and nothing of it runs here. Returns how many were
+    built."""
+    from stitch_graph.checks import check_candidate
+    from stitch_graph.execution.external import CandidateInputError, read_candidate
+    from stitch_graph.execution.prebuild import builds_extensions, prebuild_external
+
+    sources: dict[Path, str] = {}
+    accepted = []
+    for problem, path in pairs:
+        try:
+            candidate = read_candidate(path)
+            if problem not in sources:
+                sources[problem] = problem.read_text()
+        except (CandidateInputError, OSError, UnicodeDecodeError):
+            continue
+        refused = check_candidate(candidate, reference_source=sources[problem]).rejected
+        if builds_extensions(candidate) and not refused:
+            accepted.append(candidate)
+    return len(prebuild_external(accepted, settings, jobs=jobs)) if accepted else 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a KernelBench candidate: static hack checks, then on a GPU correctness, dynamic
     checks and timing against eager and torch.compile. Exit 0 accepted, 1 rejected, 2 bad
@@ -245,6 +269,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
     )
     gpu = False if args.static_only else None
+    if len(args.candidates) > 1 and not args.static_only:
+        from stitch_graph.execution import gpu_available
+
+        if gpu_available():  # load_inline builds side by side, then each run only loads
+            pairs = [(Path(args.problem), Path(c)) for c in args.candidates]
+            prebuild_files(pairs, settings, jobs=len(pairs))
     verdicts = []
     for candidate in args.candidates:
         # one process-wide executor serves them all: the reference runs once (and is cached
