@@ -14,27 +14,17 @@ from stitch_graph.artifacts import Task
 from stitch_graph.execution import LocalGPUExecutor, RunSettings, verify_candidate
 from stitch_graph.execution.external import external_candidate, gpu_verifier
 from stitch_graph.execution.prebuild import builds_extensions, prebuild_external
-from tests.execution.cpu_programs import PROBLEM
+from tests.execution.cpu_programs import HOST, PROBLEM
 
-EXTENSION_FILE = '''
-import torch
-import torch.nn as nn
+EXTENSION_FILE = (
+    """
 from torch.utils.cpp_extension import load_inline
 
-CPP = """
-torch::Tensor relu_copy(torch::Tensor x) { return torch::clamp_min(x, 0); }
-"""
+CPP = "torch::Tensor relu_copy(torch::Tensor x) { return torch::clamp_min(x, 0); }"
 ext = load_inline(name="sg_prebuild_relu", cpp_sources=CPP, functions=["relu_copy"])
-
-
-class ModelNew(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return ext.relu_copy(self.lin(x))
-'''
+"""
+    + HOST.format(body="        return ext.relu_copy(self.lin(x))")
+)
 
 
 def _ninja_log(settings: RunSettings) -> list[str]:

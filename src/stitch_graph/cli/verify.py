@@ -249,9 +249,9 @@ def prebuild_files(pairs: list[tuple[Path, Path]], settings: Any, *, jobs: int) 
                 sources[problem] = problem.read_text()
         except (CandidateInputError, OSError, UnicodeDecodeError):
             continue
-        refused = check_candidate(candidate, reference_source=sources[problem]).rejected
-        if builds_extensions(candidate) and not refused:
-            accepted.append(candidate)
+        if builds_extensions(candidate):
+            if not check_candidate(candidate, reference_source=sources[problem]).rejected:
+                accepted.append(candidate)
     return len(prebuild_external(accepted, settings, jobs=jobs)) if accepted else 0
 
 
