@@ -195,6 +195,46 @@ def test_the_heaviest_kernels_are_tuned_first():
     assert [c.item for c in report.choices] == ["program", last, first]
 
 
+_COMPUTE_BOUND = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(64, 64, 4, stride=2)
+
+    def forward(self, x):
+        return torch.softmax(self.up(x), dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64, 64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_compute_bound_program_tunes_its_kernels_before_graph_replay():
+    """Two launches under a transposed convolution: the convolution is tuned first, graph
+    replay last; when the budget ends after the convolution, replay is still timed."""
+    task = load_task(_COMPUTE_BOUND)
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    conv = next(i.id for i in plan.items if i.kind == "conv")
+    other = next(i.id for i in plan.items if i.id != conv)
+    assert cost[conv] > 10 * cost[other]
+    _, report = autotune(ir, plan, task, ScriptedTimer({}))
+    assert [c.item for c in report.choices] == [conv, other, "program"]
+    _, cut = autotune(ir, plan, task, ScriptedTimer({}), budget_s=9.0, clock=Clock(step=1.0))
+    assert [c.item for c in cut.choices] == [conv, "program"]
+    assert cut.choices[-1].tried >= 1 and f"spent before {other}" in cut.note
+
+
 _GRU = """
 import torch
 import torch.nn as nn

@@ -7,8 +7,8 @@ as a whole program, settings that emit the same code are dropped unbuilt, and th
 measured by a ``measure`` callable that returns milliseconds, or ``None`` for a program that
 fails to build, crashes or disagrees with the reference. A setting replaces the current one only
 when it is clearly faster (``min_gain``), so noise does not move the choice. CUDA-graph replay is
-decided first: for a launch-bound program it is the largest choice, and a budget cut must not skip
-it. The first timing of a process pays for clocks ramping up and libraries loading, so the base
+decided first where launches weigh (for a launch-bound program it is the largest choice) and last
+elsewhere, and a budget cut never skips it. The first timing of a process pays for clocks ramping up and libraries loading, so the base
 program is timed once to warm up before its time counts. Last, the tuned program and the base are
 timed again in turns; unless the tuned one is still clearly faster, the base is kept (and cached).
 
@@ -129,8 +129,9 @@ def autotune(
 
     Args:
         ir: The captured program (``codegen.ProgramIR``).
-        plan: Its plan; CUDA-graph replay is decided first, then every item is tuned, the
-            most expensive (by the schedule's roofline estimate) first.
+        plan: Its plan; every item is tuned, the most expensive (by the schedule's roofline
+            estimate) first. CUDA-graph replay is decided before them on a launch-bound program,
+            after them elsewhere, and whatever the budget.
         task: The task (its input specs are part of the cache key).
         measure: Milliseconds of one program on the real inputs; ``None`` when it fails or is
             wrong.
@@ -172,12 +173,16 @@ def autotune(
         classes.setdefault((kinds[entry.id], signature.get(entry.id, entry.id)), []).append(entry.id)
     # heaviest classes first (roofline estimate), so a budget cut leaves the light ones
     order = sorted(classes.items(), key=lambda c: -sum(cost.get(i, 0.0) for i in c[1]))
+    program = (("cuda_graph", ""), [_PROGRAM])
+    # graph replay first only where launches weigh: on a compute-bound program one more build
+    # of it would spend a short budget before the kernel that decides the time
+    launch_bound = _launch_bound(len(plan.items), sum(cost.values()))
     timed: list[tuple[str, str, bool]] = []  # (cache key, item, whole space searched) this run
-    for (kind, _), items in [(("cuda_graph", ""), [_PROGRAM]), *order]:
+    for (kind, _), items in [program, *order] if launch_bound else [*order, program]:
         item = items[0]
         if spent() and item != _PROGRAM:
-            report.note = f"budget of {budget_s:.0f} s spent before {item}"
-            break
+            report.note = report.note or f"budget of {budget_s:.0f} s spent before {item}"
+            continue
         key = TuningCache.key(
             program=tuner.program, item=item, task=task, device=device, toolkit=toolkit
         )
@@ -251,6 +256,15 @@ def autotune(
 
 
 _PROGRAM = "program"
+# host cost of one kernel launch: a CuPy launch of a fused kernel on PyTorch's stream, H200
+_LAUNCH_US = 7.5
+_LAUNCH_BOUND_SHARE = 0.05
+
+
+def _launch_bound(launches: int, device_us: float) -> bool:
+    """Whether launches cost at least a twentieth of the program's estimated device time, so
+    that replaying it as a CUDA graph could be its largest choice."""
+    return launches * _LAUNCH_US >= _LAUNCH_BOUND_SHARE * device_us
 
 
 def _never() -> bool:
