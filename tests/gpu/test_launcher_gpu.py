@@ -271,3 +271,19 @@ def test_every_cublaslt_algorithm_computes_the_same_gemm(ta, tb, m, n, k, batch)
     lt = library._lt_handle
     assert lt and lt.algorithms((ta, tb, m, n, k, lda, a[0].numel(), ldb, b[0].numel(), m,
                                  m * n, batch)) >= 1
+
+
+def test_a_split_source_builds_in_parts_and_every_kernel_launches() -> None:
+    """Twenty kernels built as four NVRTC parts at once: each kernel runs from its own part."""
+    import torch
+
+    from stitch_graph.runtime.kernels import KernelLibrary
+    from tests.runtime.test_split import source
+
+    library = KernelLibrary(source(20), parts=4)
+    assert len({id(m) for m in library._modules.values()}) > 1
+    x = torch.arange(256, dtype=torch.float32, device="cuda")
+    for i in range(20):
+        out = torch.empty_like(x)
+        getattr(library, f"k{i}_scale")(1, 256, x, out, 256)
+        torch.testing.assert_close(out, 2 * x + i, rtol=0, atol=0)

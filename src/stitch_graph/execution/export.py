@@ -2,8 +2,8 @@
 
 KernelBench's evaluator execs a file and calls ``ModelNew(*get_init_inputs())`` then ``forward``.
 The exported file depends on torch and CuPy only (never on stitch_graph): it embeds the kernel
-source, the host module and a copy of the small runtime (``runtime/kernels.py``, ``cudnn.py``
-and ``cublas.py``), builds the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc
+source, the host module and a copy of the small runtime (``runtime/split.py``, ``kernels.py``,
+``cudnn.py`` and ``cublas.py``), builds the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc
 -shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
 ``KERNELS``/``LIB`` injected, exactly as the worker does. KernelBench builds ``Model`` and
 ``ModelNew`` after the same seed and expects equal initial weights, so the exported ``ModelNew``
@@ -146,9 +146,9 @@ def export_kernelbench(candidate: Candidate, task: Task) -> str:
     Returns:
         Python source text; it imports torch and CuPy only.
     """
-    from stitch_graph.runtime import cublas, cudnn, kernels
+    from stitch_graph.runtime import cublas, cudnn, kernels, split
 
-    runtime_sources = [inspect.getsource(m) for m in (kernels, cudnn, cublas)]
+    runtime_sources = [inspect.getsource(m) for m in (split, kernels, cudnn, cublas)]
     nvcc_note = (
         " and nvcc (the host library is built at first use)"
         if (candidate.form == "nvcc_shared")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import ctypes
 import importlib
 import itertools
+import os
 import re
 import threading
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -209,7 +211,7 @@ class KernelLauncher:
             msg = f"kernel {self.name} takes {len(self.ctypes)} arguments, got {len(args)}"
             raise TypeError(msg)
         if self._function is None:
-            self._function = self._library.module.get_function(self.name).kernel
+            self._function = self._library.module_of(self.name).get_function(self.name).kernel
             fast = all(t == "ptr" or t in _C_TO_CTYPES for t in self.ctypes)
             self._driver = _Driver.get() if fast else None  # __half scalars go through CuPy
         if self._driver is None:
@@ -251,17 +253,22 @@ class KernelLibrary:
         *,
         cubin_path: str | None = None,
         options: Sequence[str] = ("-std=c++17",),
+        parts: int | None = None,
     ) -> None:
-        """Build (or load) the module now so that build errors surface at model construction."""
+        """Build (or load) the module now so that build errors surface at model construction.
+
+        ``parts``: how many NVRTC builds a source of many kernels is split into, at once
+        (default: this machine's cores, at most 16; 1 builds it whole)."""
         import cupy
 
         self._cupy = cupy
         self.signatures = kernel_signatures(source)
+        self._modules: dict[str, Any] = {}  # kernel name -> its module, for a split source
         if cubin_path:
             self.module = cupy.RawModule(path=cubin_path)
         else:
-            self.module = cupy.RawModule(code=source, options=tuple(options))
-            self.module.compile()
+            parts = parts or min(os.cpu_count() or 1, _MAX_PARTS)
+            self.module = _build_modules(cupy, source, tuple(options), parts, self._modules)
         self._streams: dict[int, Any] = {}
         import torch
 
@@ -269,6 +276,10 @@ class KernelLibrary:
         # torch.cuda.current_stream() builds a Stream object per call (microseconds); the raw
         # getter behind it returns the handle alone
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+    def module_of(self, name: str) -> Any:
+        """The CuPy module that holds kernel ``name``."""
+        return self._modules.get(name, self.module)
 
     def stream_handle(self) -> int:
         """The raw handle of PyTorch's current stream on this library's device."""
@@ -454,6 +465,35 @@ class KernelLibrary:
         return launcher
 
 
+def _build_modules(
+    cupy: Any, source: str, options: tuple[str, ...], parts: int, placed: dict[str, Any]
+) -> Any:
+    """Build ``source`` with NVRTC, split into up to ``parts`` built at once where it holds many
+    kernels (``split.split_kernels``); ``placed`` gets each kernel's module. Returns the first."""
+    split_kernels = _runtime_class("split_kernels", "split")
+    sources = split_kernels(source, parts)
+
+    device = cupy.cuda.Device().id
+
+    def build(part: str) -> Any:
+        cupy.cuda.Device(device).use()  # a new thread has no current device of its own
+        module = cupy.RawModule(code=part, options=options)
+        module.compile()
+        return module
+
+    if len(sources) == 1:
+        return build(source)
+    try:
+        with ThreadPoolExecutor(len(sources)) as pool:
+            modules = list(pool.map(build, sources))
+    except Exception:  # noqa: BLE001 - built again here, so an error reads as it always did
+        modules = [build(part) for part in sources]
+    for part, module in zip(sources, modules, strict=True):
+        placed.update(dict.fromkeys(kernel_signatures(part), module))
+    return modules[0]
+
+
+_MAX_PARTS = 16
 _REGISTRATIONS = [0]  # parameters, buffers and submodules registered by any module so far
 _TOKENS = itertools.count(1)
 _WATCHING: list[Any] = []
@@ -480,8 +520,8 @@ def _watch_registrations() -> None:
 
 
 def _runtime_class(name: str, module: str) -> Any:
-    """Class ``name`` of the runtime's ``module``: defined beside this module in an exported
-    program (its sources run in one namespace), else imported from the package."""
+    """Class (or function) ``name`` of the runtime's ``module``: defined beside this module in
+    an exported program (its sources run in one namespace), else imported from the package."""
     found = globals().get(name)
     if found is None:
         found = getattr(importlib.import_module(f"stitch_graph.runtime.{module}"), name)

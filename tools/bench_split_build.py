@@ -1,0 +1,88 @@
+"""Time the NVRTC build of generated programs whole and split into parts, from cold caches.
+
+For each problem: capture, plan and emit the rule-based program, then build its kernels three
+ways, each with an empty CuPy kernel cache: whole (one NVRTC build), split (``KernelLibrary``'s
+default: up to one part a core, built at once), and a tuning variant (one kernel's block size
+changed) built split against the cache the split build left, which is what the tuner pays per
+setting (``rebuilt``: the variant's parts not in that cache). Prints one row per problem and the
+machine.
+
+Usage: ``PYTHONPATH=src python tools/bench_split_build.py PROBLEM.py [PROBLEM.py ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def _timed_build(source: str, cache: str, parts: int | None) -> float:
+    """Seconds to build ``source`` into a ``KernelLibrary`` with CuPy's cache at ``cache``."""
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    os.environ["CUPY_CACHE_DIR"] = cache  # CuPy reads it at each build
+    begun = time.perf_counter()
+    KernelLibrary(source, parts=parts)
+    return time.perf_counter() - begun
+
+
+def _variant(ir, plan, program, emit_candidate, Tuning, KernelTuning) -> str:  # noqa: N803
+    """The program with the first item whose block size changes its code given another."""
+    for item in plan.items:
+        for block in (128, 256, 512):
+            tuning = Tuning(kernels={item.id: KernelTuning(block_size=block)})
+            source = emit_candidate(ir, plan, tuning=tuning).kernel_source
+            if source != program:
+                return source
+    return program
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="+")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from stitch_graph.codegen import (
+        KernelTuning,
+        Tuning,
+        capture_program,
+        emit_candidate,
+        plan_program,
+    )
+    from stitch_graph.runtime.kernels import kernel_signatures
+    from stitch_graph.runtime.split import split_kernels
+    from stitch_graph.task import load_task
+
+    print(f"# {torch.cuda.get_device_name()}, {os.cpu_count()} cores, {platform.node()}")
+    print(f"{'problem':44} {'kernels':>7} {'parts':>5} {'whole s':>8} {'split s':>8} "
+          f"{'variant s':>9} {'rebuilt':>7}")
+    for path in args.problems:
+        task = load_task(Path(path))
+        ir = capture_program(task)
+        plan = plan_program(ir)
+        program = emit_candidate(ir, plan).kernel_source
+        variant = _variant(ir, plan, program, emit_candidate, Tuning, KernelTuning)
+        cores = min(os.cpu_count() or 1, 16)
+        pieces = split_kernels(program, cores)
+        rebuilt = len(set(split_kernels(variant, cores)) - set(pieces))
+        with tempfile.TemporaryDirectory() as whole, tempfile.TemporaryDirectory() as split:
+            whole_s = _timed_build(program, whole, parts=1)
+            split_s = _timed_build(program, split, parts=None)
+            variant_s = _timed_build(variant, split, parts=None)
+        name = Path(path).stem[:44]
+        print(f"{name:44} {len(kernel_signatures(program)):7d} {len(pieces):5d} {whole_s:8.1f} "
+              f"{split_s:8.1f} {variant_s:9.1f} {rebuilt:7d}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
