@@ -10,7 +10,8 @@ import pytest
 
 from stitch_graph.runtime.kernels import kernel_signatures
 from stitch_graph.runtime.split import split_kernels
-from stitch_graph.toolchain import find_nvcc, nvcc_compile
+from stitch_graph.toolchain import find_nvcc, nvcc_compile, nvcc_compile_parts
+from stitch_graph.toolchain.nvcc import KERNEL_FILE
 
 PREAMBLE = """// helpers every kernel uses
 #define SG_SCALE 2.0f
@@ -86,3 +87,18 @@ def test_each_part_builds_on_its_own(tmp_path):
         result = nvcc_compile(part, arch="sm_90a", work_dir=tmp_path)
         assert result.ok, result.log
         assert {r.kernel for r in result.resources} == set(kernel_signatures(part))
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+def test_parts_built_at_once_report_errors_on_the_whole_sources_lines(tmp_path):
+    whole = source(k13="out[i] = undeclared_name;")
+    line = next(n for n, text in enumerate(whole.splitlines(), 1) if "undeclared_name" in text)
+    parts = split_kernels(whole, 4, line_file=KERNEL_FILE)
+    result = nvcc_compile_parts(parts, arch="sm_90a", work_dir=tmp_path)
+    assert not result.ok and result.artifact is None
+    [error] = result.errors
+    assert (error.file, error.line) == (KERNEL_FILE, line) and "undeclared_name" in error.message
+    # the other parts built, and their kernels' registers are reported
+    [failed] = [p for p in parts if "k13_scale" in kernel_signatures(p)]
+    built = {name for p in parts if p is not failed for name in kernel_signatures(p)}
+    assert {r.kernel for r in result.resources} == built

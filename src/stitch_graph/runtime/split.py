@@ -23,7 +23,9 @@ __all__ = ["split_kernels"]
 _KERNEL_HEAD = re.compile(r'extern\s+"C"\s+__global__\b[^{;]*?\bvoid\s+(\w+)\s*\(')
 
 
-def split_kernels(source: str, parts: int, *, min_kernels: int = 16) -> list[str]:
+def split_kernels(
+    source: str, parts: int, *, min_kernels: int = 16, line_file: str | None = None
+) -> list[str]:
     """The source as up to ``parts`` sources, or as ``[source]`` when it should stay whole.
 
     Args:
@@ -31,6 +33,10 @@ def split_kernels(source: str, parts: int, *, min_kernels: int = 16) -> list[str
         parts: How many units at most (the cores that will build them).
         min_kernels: Below this many kernels the source stays whole: a part's build pays for
             the preamble again, which only many kernels repay.
+        line_file: When given, each kernel is preceded by a ``#line`` directive naming this
+            file and the kernel's line in ``source``, so a compiler's diagnostics point into
+            the whole source. Left out where parts are cached by their text (NVRTC): a kernel's
+            line moves whenever a kernel above it changes.
 
     Returns:
         Sources that together define every kernel once, each with the whole preamble; the
@@ -41,14 +47,17 @@ def split_kernels(source: str, parts: int, *, min_kernels: int = 16) -> list[str
         return [source]
     preamble, kernels = items
     buckets: list[list[str]] = [[] for _ in range(parts)]
-    for name, text in kernels:
+    for name, text, offset in kernels:
+        if line_file is not None:
+            text = f'#line {source.count(chr(10), 0, offset) + 1} "{line_file}"\n{text}'
         buckets[int(hashlib.sha256(name.encode()).hexdigest(), 16) % parts].append(text)
     return [preamble + "".join(texts) for texts in buckets if texts]
 
 
-def _top_level_kernels(source: str) -> tuple[str, list[tuple[str, str]]] | None:
-    """The preamble and each kernel's (name, text, its leading comments included), or ``None``
-    when something other than kernels, comments and blank lines follows the first kernel."""
+def _top_level_kernels(source: str) -> tuple[str, list[tuple[str, str, int]]] | None:
+    """The preamble and each kernel's (name, text with its leading comments, offset in
+    ``source``), or ``None`` when something other than kernels, comments and blank lines
+    follows the first kernel."""
     first = _KERNEL_HEAD.search(source)
     if first is None:
         return None
@@ -59,13 +68,14 @@ def _top_level_kernels(source: str) -> tuple[str, list[tuple[str, str]]] | None:
             break
         start = above
     preamble, rest = source[:start], source[start:]
-    kernels: list[tuple[str, str]] = []
+    kernels: list[tuple[str, str, int]] = []
     position = 0
     while position < len(rest):
         gap = _skip_comments(rest, position)
         if gap == len(rest):
             if kernels:
-                kernels[-1] = (kernels[-1][0], kernels[-1][1] + rest[position:])
+                name, text, offset = kernels[-1]
+                kernels[-1] = (name, text + rest[position:], offset)
             break
         head = _KERNEL_HEAD.match(rest, gap)
         if head is None:
@@ -75,7 +85,7 @@ def _top_level_kernels(source: str) -> tuple[str, list[tuple[str, str]]] | None:
             return None
         end = rest.find("\n", end)
         end = len(rest) if end < 0 else end + 1
-        kernels.append((head.group(1), rest[position:end]))
+        kernels.append((head.group(1), rest[position:end], start + position))
         position = end
     return preamble, kernels
 

@@ -16,6 +16,7 @@ from stitch_graph.toolchain.ncu import (
 from stitch_graph.toolchain.nvcc import (
     find_nvcc,
     nvcc_compile,
+    nvcc_compile_parts,
     nvcc_version,
     parse_diagnostics,
     parse_ptxas_resources,
@@ -28,6 +29,7 @@ __all__ = [
     "ncu_command",
     "ncu_profile",
     "nvcc_compile",
+    "nvcc_compile_parts",
     "nvcc_version",
     "parse_diagnostics",
     "parse_ncu_csv",

@@ -34,6 +34,7 @@ __all__ = [
     "KERNEL_FILE",
     "find_nvcc",
     "nvcc_compile",
+    "nvcc_compile_parts",
     "nvcc_version",
     "parse_diagnostics",
     "parse_ptxas_resources",
@@ -227,6 +228,53 @@ def nvcc_compile(
         seconds=seconds,
         artifact=str(folder / artifact_name) if ok else None,
         cached=False,
+    )
+
+
+def nvcc_compile_parts(
+    parts: Sequence[str],
+    *,
+    arch: str = "sm_90a",
+    work_dir: str | Path | None = None,
+    timeout_s: float = 300.0,
+) -> CompileResult:
+    """Compile the parts of one split kernel source into cubins at once, as one result.
+
+    A whole model's hundred kernels take nvcc a minute on one core; split (``runtime.split``)
+    they take about that over the cores. Each part is built and cached like ``nvcc_compile``'s
+    cubin; the result joins their diagnostics, register reports and logs, takes the slowest
+    part's seconds, and has no artifact: there is no one module to load, and the candidate's
+    worker builds its own parts with NVRTC.
+
+    Args:
+        parts: The translation units (``#line`` directives keep diagnostics on the whole
+            source's lines).
+        arch: Target, e.g. ``sm_90a``.
+        work_dir: Root of the build folders, as for ``nvcc_compile``.
+        timeout_s: Each part's limit.
+
+    Returns:
+        ``ok`` when every part built.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(len(parts), os.cpu_count() or 1))) as pool:
+        results = list(
+            pool.map(
+                lambda part: nvcc_compile(part, arch=arch, work_dir=work_dir, timeout_s=timeout_s),
+                parts,
+            )
+        )
+    return CompileResult(
+        ok=all(r.ok for r in results),
+        arch=arch,
+        command=results[0].command if results else [],
+        diagnostics=[d for r in results for d in r.diagnostics],
+        resources=[k for r in results for k in r.resources],
+        log="\n".join(r.log for r in results),
+        seconds=max((r.seconds for r in results), default=0.0),
+        artifact=None,
+        cached=all(r.cached for r in results),
     )
 
 
