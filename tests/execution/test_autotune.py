@@ -130,12 +130,14 @@ def test_the_budget_stops_tuning(chain_program):
     task, ir, plan = chain_program
     _, report = autotune(ir, plan, task, ScriptedTimer({}), budget_s=5.0, clock=Clock(step=4.0))
     assert "budget" in report.note
-    assert sum(c.tried for c in report.choices) <= 1
+    # past the budget, only the first kernel class still times its first alternative
+    assert [c.tried for c in report.choices if c.item != "program"] == [1]
 
 
 def test_graph_replay_is_timed_even_when_the_first_build_spends_the_budget(chain_program):
     """One build of a big model can cost more than a short budget; the graph-or-not choice,
-    the largest on a launch-bound model, is timed all the same, and nothing after it."""
+    the largest on a launch-bound model, is timed all the same, then one alternative of the
+    first kernel class, and nothing after them."""
     task, ir, plan = chain_program
 
     def graphed_is_slower(candidate):  # the plan graphs this launch-bound chain by default
@@ -144,7 +146,8 @@ def test_graph_replay_is_timed_even_when_the_first_build_spends_the_budget(chain
     tuning, report = autotune(ir, plan, task, graphed_is_slower, budget_s=1.0, clock=Clock(4.0))
     program = report.choices[0]
     assert program.item == "program" and program.tried == 1
-    assert [c.item for c in report.choices] == ["program"] and "budget" in report.note
+    assert [c.item for c in report.choices][:1] == ["program"] and "budget" in report.note
+    assert [c.tried for c in report.choices[1:]] == [1]
     assert tuning.cuda_graph is False
 
 
@@ -233,6 +236,42 @@ def test_a_compute_bound_program_tunes_its_kernels_before_graph_replay():
     _, cut = autotune(ir, plan, task, ScriptedTimer({}), budget_s=9.0, clock=Clock(step=1.0))
     assert [c.item for c in cut.choices] == [conv, "program"]
     assert cut.choices[-1].tried >= 1 and f"spent before {other}" in cut.note
+
+
+_LIGHT_GEMM_HEAVY_SOFTMAX = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        return self.fc(x), torch.softmax(y, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(8, 8), torch.randn(2048, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_library_anchor_is_tuned_before_heavier_generated_kernels():
+    """Which engine (or library against generated) moves times most: a tiny GEMM goes first."""
+    task = load_task(_LIGHT_GEMM_HEAVY_SOFTMAX)
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    gemm = next(i.id for i in plan.items if i.kind == "gemm")
+    other = next(i.id for i in plan.items if i.id != gemm)
+    assert cost[other] > 100 * cost[gemm]
+    _, report = autotune(ir, plan, task, ScriptedTimer({}))
+    assert [c.item for c in report.choices if c.item != "program"] == [gemm, other]
 
 
 _GRU = """

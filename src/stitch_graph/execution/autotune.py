@@ -6,9 +6,12 @@ another (coordinate descent): for each, every setting of its space (``codegen.sp
 as a whole program, settings that emit the same code are dropped unbuilt, and the rest are
 measured by a ``measure`` callable that returns milliseconds, or ``None`` for a program that
 fails to build, crashes or disagrees with the reference. A setting replaces the current one only
-when it is clearly faster (``min_gain``), so noise does not move the choice. CUDA-graph replay is
-decided first where launches weigh (for a launch-bound program it is the largest choice) and last
-elsewhere, and a budget cut never skips it. The first timing of a process pays for clocks ramping up and libraries loading, so the base
+when it is clearly faster (``min_gain``), so noise does not move the choice. Library anchors
+(convolutions, GEMMs, recurrent layers) go first, then the other kernels by their estimated
+time. CUDA-graph replay is decided first where launches weigh (for a launch-bound program it is
+the largest choice) and last elsewhere. A budget cut never skips replay, nor the first kernel's
+first alternative: one build and timing of a big program can spend a short budget whole. The
+first timing of a process pays for clocks ramping up and libraries loading, so the base
 program is timed once to warm up before its time counts. Last, the tuned program and the base are
 timed again in turns; unless the tuned one is still clearly faster, the base is kept (and cached).
 
@@ -171,16 +174,23 @@ def autotune(
     classes: dict[tuple[str, str], list[str]] = {}
     for entry in plan.items:
         classes.setdefault((kinds[entry.id], signature.get(entry.id, entry.id)), []).append(entry.id)
-    # heaviest classes first (roofline estimate), so a budget cut leaves the light ones
-    order = sorted(classes.items(), key=lambda c: -sum(cost.get(i, 0.0) for i in c[1]))
+    # library anchors first, then the heaviest classes (roofline estimate), so a budget cut
+    # leaves the light ones: which engine, or the library against the generated path, moved
+    # KernelBench L2 rows by up to 2x, where block sizes moved them by a few percent, and a
+    # roofline misjudges cuDNN's transposed 3-D convolutions by ten times and more
+    order = sorted(
+        classes.items(),
+        key=lambda c: (c[0][0] not in _LIBRARY_KINDS, -sum(cost.get(i, 0.0) for i in c[1])),
+    )
     program = (("cuda_graph", ""), [_PROGRAM])
     # graph replay first only where launches weigh: on a compute-bound program one more build
     # of it would spend a short budget before the kernel that decides the time
     launch_bound = _launch_bound(len(plan.items), sum(cost.values()))
     timed: list[tuple[str, str, bool]] = []  # (cache key, item, whole space searched) this run
+    first = order[0][1][0] if order else None
     for (kind, _), items in [program, *order] if launch_bound else [*order, program]:
         item = items[0]
-        if spent() and item != _PROGRAM:
+        if spent() and item not in (_PROGRAM, first):
             report.note = report.note or f"budget of {budget_s:.0f} s spent before {item}"
             continue
         key = TuningCache.key(
@@ -215,8 +225,12 @@ def autotune(
                 ]
             )
             # graph replay or not is timed whatever the budget: on a launch-bound model it is
-            # the largest choice, and one build of a big program can cost a short budget whole
-            tried, complete = tuner.search(items, space, spent if item != _PROGRAM else _never)
+            # the largest choice, and one build of a big program can cost a short budget whole;
+            # so is the first class's first alternative, for the same reason
+            stop = _never if item == _PROGRAM else spent
+            if item == first:
+                stop = _after_one(metered, spent)
+            tried, complete = tuner.search(items, space, stop)
             choice = KernelChoice(
                 item=item,
                 kind=kind,
@@ -259,6 +273,15 @@ _PROGRAM = "program"
 # host cost of one kernel launch: a CuPy launch of a fused kernel on PyTorch's stream, H200
 _LAUNCH_US = 7.5
 _LAUNCH_BOUND_SHARE = 0.05
+
+
+_LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "gemm", "rnn"})
+
+
+def _after_one(metered: _Metered, spent: Callable[[], bool]) -> Callable[[], bool]:
+    """``spent``, but never before ``metered`` has timed one more program."""
+    start = metered.calls
+    return lambda: metered.calls > start and spent()
 
 
 def _launch_bound(launches: int, device_us: float) -> bool:
