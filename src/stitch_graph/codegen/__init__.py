@@ -13,6 +13,7 @@ from stitch_graph.codegen.emit import EmitError, emit_candidate
 from stitch_graph.codegen.ir import Group, OpNode, ParamSpec, ProgramIR, Ref
 from stitch_graph.codegen.ops import REGISTRY, OpInfo, explain_unsupported
 from stitch_graph.codegen.schedule import (
+    LAUNCH_US,
     estimate_us,
     group_signature,
     groups_from_plan,
@@ -36,6 +37,7 @@ __all__ = [
     "apply_feedback",
     "capture_program",
     "emit_candidate",
+    "LAUNCH_US",
     "estimate_us",
     "explain_unsupported",
     "group_signature",

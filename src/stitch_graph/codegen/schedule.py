@@ -70,7 +70,7 @@ _ITEM_KIND = {
     "scan": "reduction",
     "rnn": "gemm",
 }
-_LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
+LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
 _HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
 _FLOPS_PER_US = 4.0e7  # FP32 throughput without tensor cores, flops per microsecond
 # cuDNN runs FP32 transposed convolutions as data-gradient kernels, far below that rate: on the
@@ -646,7 +646,7 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
     launches = len(groups) + sum(1 for g in groups if g.kind == "gemm" and len(g.members) > 1)
     launches += sum(_rnn_launches(ir, g) for g in groups if g.kind == "rnn")
     total_us = sum(estimates)
-    launch_bound = launches >= 3 and launches * _LAUNCH_US > total_us
+    launch_bound = launches >= 3 and launches * LAUNCH_US > total_us
     host = HostPlan(
         buffer_reuse=_buffer_reuse(ir, groups),
         cuda_graph=launch_bound,

@@ -35,6 +35,7 @@ from typing import Any
 
 from stitch_graph.artifacts import Candidate, KernelChoice, Plan, Task, TuningReport
 from stitch_graph.codegen import (
+    LAUNCH_US,
     EmitError,
     KernelTuning,
     Tuning,
@@ -270,11 +271,7 @@ def autotune(
 
 
 _PROGRAM = "program"
-# host cost of one kernel launch: a CuPy launch of a fused kernel on PyTorch's stream, H200
-_LAUNCH_US = 7.5
 _LAUNCH_BOUND_SHARE = 0.05
-
-
 _LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "gemm", "rnn"})
 
 
@@ -287,7 +284,7 @@ def _after_one(metered: _Metered, spent: Callable[[], bool]) -> Callable[[], boo
 def _launch_bound(launches: int, device_us: float) -> bool:
     """Whether launches cost at least a twentieth of the program's estimated device time, so
     that replaying it as a CUDA graph could be its largest choice."""
-    return launches * _LAUNCH_US >= _LAUNCH_BOUND_SHARE * device_us
+    return launches * LAUNCH_US >= _LAUNCH_BOUND_SHARE * device_us
 
 
 def _never() -> bool:

@@ -3,8 +3,8 @@
 KernelBench's evaluator execs a file and calls ``ModelNew(*get_init_inputs())`` then ``forward``.
 The exported file depends on torch and CuPy only (never on stitch_graph): it embeds the kernel
 source, the host module and a copy of the small runtime (``runtime/split.py``, ``kernels.py``,
-``cudnn.py`` and ``cublas.py``), builds the kernels with NVRTC on first use (form ``nvrtc``) or with ``nvcc
--shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
+``cudnn.py`` and ``cublas.py``), builds the kernels with NVRTC on first use (form ``nvrtc``) or
+with ``nvcc -shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
 ``KERNELS``/``LIB`` injected, exactly as the worker does. KernelBench builds ``Model`` and
 ``ModelNew`` after the same seed and expects equal initial weights, so the exported ``ModelNew``
 copies them from a reference built with the same RNG draws (its forward never touches it).
