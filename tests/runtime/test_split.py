@@ -102,3 +102,57 @@ def test_parts_built_at_once_report_errors_on_the_whole_sources_lines(tmp_path):
     [failed] = [p for p in parts if "k13_scale" in kernel_signatures(p)]
     built = {name for p in parts if p is not failed for name in kernel_signatures(p)}
     assert {r.kernel for r in result.resources} == built
+
+
+class _FakeCupy:
+    """CuPy's surface that ``_build_modules`` touches: records which thread builds what."""
+
+    def __init__(self) -> None:
+        import threading
+        from types import SimpleNamespace
+
+        self.builds: list[tuple[int, str]] = []
+        fake = self
+
+        class RawModule:
+            def __init__(self, *, code: str, options: tuple[str, ...]) -> None:
+                self.code = code
+
+            def compile(self) -> None:
+                fake.builds.append((threading.get_ident(), self.code))
+                if "undeclared_name" in self.code:
+                    raise RuntimeError("NVRTC: identifier undeclared_name is undefined")
+
+        class Device:
+            def __init__(self, index: int = 0) -> None:
+                self.id = index
+
+            def use(self) -> None:
+                pass
+
+        self.RawModule = RawModule
+        self.cuda = SimpleNamespace(Device=Device)
+
+
+def test_parts_are_compiled_ahead_on_threads_and_loaded_on_the_calling_thread():
+    import threading
+
+    from stitch_graph.runtime.kernels import _build_modules
+
+    cupy, placed = _FakeCupy(), {}
+    first = _build_modules(cupy, source(), ("-std=c++17",), 4, placed)
+    parts = split_kernels(source(), 4)
+    here = threading.get_ident()
+    loaded = [code for thread, code in cupy.builds if thread == here]
+    assert loaded == parts  # every part loaded here, in order, after being compiled ahead
+    assert len(cupy.builds) == 2 * len(parts)
+    assert set(placed) == {f"k{i}_scale" for i in range(20)}
+    assert placed["k0_scale"].code in parts and first.code == parts[0]
+    assert all(name in kernel_signatures(placed[name].code) for name in placed)
+
+
+def test_an_error_in_one_part_is_raised_on_the_calling_thread():
+    from stitch_graph.runtime.kernels import _build_modules
+
+    with pytest.raises(RuntimeError, match="undeclared_name"):
+        _build_modules(_FakeCupy(), source(k3="out[i] = undeclared_name;"), (), 4, {})

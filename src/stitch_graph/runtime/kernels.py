@@ -473,21 +473,27 @@ def _build_modules(
     split_kernels = _runtime_class("split_kernels", "split")
     sources = split_kernels(source, parts)
 
-    device = cupy.cuda.Device().id
-
     def build(part: str) -> Any:
-        cupy.cuda.Device(device).use()  # a new thread has no current device of its own
         module = cupy.RawModule(code=part, options=options)
         module.compile()
         return module
 
     if len(sources) == 1:
         return build(source)
-    try:
-        with ThreadPoolExecutor(len(sources)) as pool:
-            modules = list(pool.map(build, sources))
-    except Exception:  # noqa: BLE001 - built again here, so an error reads as it always did
-        modules = [build(part) for part in sources]
+    device = cupy.cuda.Device().id
+
+    def compile_ahead(part: str) -> None:
+        """Fill CuPy's on-disk cache with the part's build; an error resurfaces below."""
+        try:
+            cupy.cuda.Device(device).use()  # a new thread has no current device of its own
+            build(part)
+        except Exception:  # noqa: BLE001, S110 - the build below raises it where it belongs
+            pass
+
+    with ThreadPoolExecutor(len(sources)) as pool:
+        list(pool.map(compile_ahead, sources))
+    # loaded here, from the cache, so every module belongs to the thread that built the library
+    modules = [build(part) for part in sources]
     for part, module in zip(sources, modules, strict=True):
         placed.update(dict.fromkeys(kernel_signatures(part), module))
     return modules[0]
