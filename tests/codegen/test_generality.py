@@ -9,8 +9,9 @@ translation unit. Categories: capture fixes (``x.T``, constants made in ``forwar
 from ``torch.export``, views as methods, strided ``linear`` inputs, instance-norm modules),
 in-place writes seen through aliases (``c = b; b += 1``, ``nn.ReLU(inplace=True)``),
 pooling, scans, 3-D and transposed convolutions, ops that read other positions (``cat``,
-``stack``, ``flip``, ``gather``, ``triu``/``tril``), decomposed losses, distances, attention and
-``einsum``, and the fallbacks that keep unknown ops and failing items in PyTorch, declared.
+``stack``, ``flip``, ``gather``, ``triu``/``tril``), decomposed losses, distances, attention,
+``einsum``, ``normalize``, pixel shuffles and nearest upsampling, and the fallbacks that keep
+unknown ops and failing items in PyTorch, declared.
 """
 
 from __future__ import annotations
@@ -159,6 +160,12 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "inverted_bool_mask": (_problem("x.masked_fill(~(x > 0.5), 0.0) * 2.0", f"{R}(6, 40)"), None),  # noqa: E501
     "glu_last_dim": (_problem("F.glu(x) * 2.0", f"{R}(4, 10)"), None),
     "glu_module_channels": (_problem("self.g(torch.tanh(x)) + 1.0", f"{R}(2, 6, 5)", "self.g = nn.GLU(dim=1)"), None),  # noqa: E501
+    "normalize": (_problem("F.normalize(x, dim=-1) * 2.0 + F.normalize(x, dim=0, eps=0.5)", f"{R}(6, 10)"), None),  # noqa: E501
+    "pixel_shuffle_module": (_problem("torch.tanh(self.ps(x)) + 1.0", f"{R}(2, 12, 3, 5)", "self.ps = nn.PixelShuffle(2)"), None),  # noqa: E501
+    "pixel_unshuffle": (_problem("F.pixel_unshuffle(x * 2.0, 3)", f"{R}(2, 2, 6, 9)"), None),  # noqa: E501
+    "nearest_upsample_2d": (_problem("F.interpolate(torch.relu(x), scale_factor=2) - 1.0", f"{R}(2, 3, 4, 5)"), None),  # noqa: E501
+    "nearest_upsample_module_size": (_problem("self.up(x) * 3.0", f"{R}(2, 3, 4, 5, 3)", "self.up = nn.Upsample(size=(8, 20, 6), mode='nearest')"), None),  # noqa: E501
+    "nearest_upsample_1d_mixed": (_problem("F.interpolate(x, scale_factor=4.0, mode='nearest')", f"{R}(2, 3, 7)"), None),  # noqa: E501
     # ---- pointwise ops added from sweeps
     "pointwise_grid_stride_capped": (_problem("torch.sigmoid(x) * y + 1.0", f"{R}(6, 40), {R}(6, 40)", params="x, y"), Tuning(default=KernelTuning(grid_waves=32))),  # noqa: E501
     "shrinks_and_frac": (_problem("F.softshrink(x, 0.3) + F.hardshrink(x, 0.7) + torch.frac(x * 3.0)", f"{R}(4, 33)"), None),  # noqa: E501
@@ -216,6 +223,20 @@ def test_unknown_ops_stay_in_pytorch_declared(tmp_path: Path) -> None:
     report = check_candidate(cand, reference_source=task.source)
     assert not report.rejected, [f.detail for f in report.findings]
     check_on_cpu(task, cand, tmp_path, cooperative=True)  # the declared ops' operands are kept
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "F.interpolate(x, scale_factor=3)",  # floor(i * (1 / 3)) is not exact in float32
+        "F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)",
+        "F.normalize(x, p=1.0, dim=1)",
+    ],
+)
+def test_calls_a_decomposition_does_not_reproduce_stay_in_pytorch(call: str, tmp_path: Path) -> None:  # noqa: E501
+    task, cand = _generate(_problem(f"{call} * 2.0", f"{R}(2, 3, 4, 5)"))
+    assert cand.declared_torch_ops and set(cand.declared_torch_ops) <= {"interpolate", "normalize"}
+    check_on_cpu(task, cand, tmp_path, cooperative=True)
 
 
 def test_an_item_that_fails_to_emit_stays_in_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:

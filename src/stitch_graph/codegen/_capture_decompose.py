@@ -1,5 +1,5 @@
 """Decompositions: composite functional calls (losses, distances, attention, ``einsum``,
-``embedding``) lowered to registry ops.
+``embedding``, ``normalize``, pixel shuffles, nearest upsampling) lowered to registry ops.
 
 The registry has no kernel for ``F.cross_entropy`` or ``F.scaled_dot_product_attention``, but it
 has one for each op they are made of; writing them out lets the scheduler fuse those ops like any
@@ -87,6 +87,10 @@ _DECOMPOSE_SIGNATURES = {
     "cosine_similarity": "x1, x2, dim=1, eps=1e-08",
     "triplet_margin_loss": "anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
     "glu": "input, dim=-1",
+    "normalize": "input, p=2.0, dim=1, eps=1e-12, out=None",
+    "pixel_shuffle": "input, upscale_factor",
+    "pixel_unshuffle": "input, downscale_factor",
+    "interpolate": "input, size=None, scale_factor=None, mode='nearest', align_corners=None, recompute_scale_factor=None, antialias=False",  # noqa: E501
     "scaled_dot_product_attention": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",  # noqa: E501
 }
 # elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
@@ -191,6 +195,18 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         first = b("narrow", torch.narrow, x, dim, 0, half)
         gate = b("narrow", torch.narrow, x, dim, half, half)
         return b("mul", torch.mul, first, b("sigmoid", torch.sigmoid, gate))
+    if name == "normalize":
+        x, dim = a["input"], int(a["dim"])
+        if not isinstance(x, Ref) or float(a["p"]) != 2.0 or a["out"] is not None:
+            return None
+        if ir.dtypes[x] != "float32" or not ir.shapes[x]:
+            return None
+        norm = b("norm", torch.norm, x, 2, dim, True)
+        return b("div", torch.div, x, b("clamp_min", torch.clamp_min, norm, float(a["eps"])))
+    if name in ("pixel_shuffle", "pixel_unshuffle"):
+        return _pixel_shuffle(ir, b, a, name == "pixel_shuffle")
+    if name == "interpolate":
+        return _nearest_upsample(ir, b, a)
     if name == "pairwise_distance":
         return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
     if name == "triplet_margin_loss":
@@ -226,6 +242,64 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         probs = b("softmax", torch.softmax, b("mul", torch.mul, scores, float(scale)), -1)
         return b("matmul", torch.matmul, probs, v)
     return None
+
+
+def _pixel_shuffle(ir: ProgramIR, b: _Builder, a: dict[str, Any], up: bool) -> Ref | None:
+    """``pixel_shuffle`` (or its inverse) over (N, C, H, W): a view, a permutation and one copy."""
+    x = a["input"]
+    r = int(a["upscale_factor" if up else "downscale_factor"])
+    if not isinstance(x, Ref) or len(ir.shapes[x]) != 4 or r < 1:
+        return None
+    n, c, h, w = ir.shapes[x]
+    if up:
+        if c % (r * r):
+            return None
+        split = b("view", "view", x, n, c // (r * r), r, r, h, w)
+        moved = b("permute", "permute", split, 0, 1, 4, 2, 5, 3)
+        shape = (n, c // (r * r), h * r, w * r)
+    else:
+        if h % r or w % r:
+            return None
+        split = b("view", "view", x, n, c, h // r, r, w // r, r)
+        moved = b("permute", "permute", split, 0, 1, 3, 5, 2, 4)
+        shape = (n, c * r * r, h // r, w // r)
+    return b("view", "view", b("contiguous", "contiguous", moved), *shape)
+
+
+def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``interpolate(mode='nearest')`` by whole powers of two over the trailing 1-3 dims: each
+    input element repeated, as an expanded view and one copy. A power of two keeps PyTorch's
+    source index ``floor(i * (1 / s))`` exact in float32; other modes and factors stay."""
+    x = a["input"]
+    if not isinstance(x, Ref) or a["mode"] != "nearest" or a["antialias"]:
+        return None
+    shape = ir.shapes[x]
+    nd = len(shape) - 2
+    if nd not in (1, 2, 3) or ir.dtypes[x] != "float32":
+        return None
+    spatial = shape[2:]
+    if a["size"] is not None:
+        size = a["size"] if isinstance(a["size"], list | tuple) else [a["size"]] * nd
+        if len(size) != nd or any(int(o) % i for o, i in zip(size, spatial, strict=True)):
+            return None
+        factors = [int(o) // i for o, i in zip(size, spatial, strict=True)]
+    elif a["scale_factor"] is not None:
+        given = a["scale_factor"]
+        given = list(given) if isinstance(given, list | tuple) else [given] * nd
+        if len(given) != nd or any(float(f) != int(f) for f in given):
+            return None
+        factors = [int(f) for f in given]
+    else:
+        return None
+    if any(f < 1 or f & (f - 1) for f in factors):
+        return None
+    lead = list(shape[:2])
+    split = [*lead, *(d for i in spatial for d in (i, 1))]
+    grown = [*lead, *(d for i, f in zip(spatial, factors, strict=True) for d in (i, f))]
+    view = b("view", "view", x, *split)
+    copied = b("contiguous", "contiguous", b("expand", "expand", view, *grown))
+    out = [*lead, *(i * f for i, f in zip(spatial, factors, strict=True))]
+    return b("view", "view", copied, *out)
 
 
 def _distance(
