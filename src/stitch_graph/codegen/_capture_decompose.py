@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import CaptureError, _subst, _to_meta
+from stitch_graph.codegen._capture_base import _MAX_BAKED, CaptureError, _subst, _to_meta
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
 from stitch_graph.codegen._capture_names import _canonical_name, _qualname
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
 from stitch_graph.codegen.ops import OpInfo, lookup, parse_signature
 
 
@@ -57,6 +57,24 @@ class _Builder:
         self.ir.shapes[ref] = tuple(layout.shape)
         self.ir.strides[ref] = tuple(layout.stride())
         self.ir.dtypes[ref] = dtype
+        return ref
+
+    def constant(self, tensor: torch.Tensor) -> Ref:
+        """``tensor`` baked into the program as a non-persistent buffer (small ones only)."""
+        if tensor.numel() > _MAX_BAKED:
+            msg = f"a constant of {tensor.numel()} elements is too large to bake"
+            raise CaptureError(msg)
+        self.count += 1
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        spec = ParamSpec(
+            f"_const_{self.name}__{self.count}", tuple(tensor.shape), dtype, buffer=True,
+            persistent=False, value=tensor.flatten().tolist(),
+        )
+        self.ir.params.append(spec)
+        ref = Ref("param", spec.name)
+        self.ir.shapes[ref], self.ir.dtypes[ref] = spec.shape, dtype
+        self.ir.strides[ref] = contiguous_strides(spec.shape)
+        self.ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
         return ref
 
 
@@ -229,19 +247,38 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         prod = b("mul", torch.mul, b("div", torch.div, x1, n1), b("div", torch.div, x2, n2))
         return b("sum", torch.sum, prod, dim)
     if name == "scaled_dot_product_attention":
-        q, k, v = a["query"], a["key"], a["value"]
-        if a["attn_mask"] is not None or float(a["dropout_p"]) != 0.0 or a["is_causal"]:
-            return None
-        if a["enable_gqa"] or not all(isinstance(r, Ref) for r in (q, k, v)):
-            return None
-        qs, ks = ir.shapes[q], ir.shapes[k]
-        if len(qs) < 2 or qs[:-2] != ks[:-2] or ir.dtypes[q] != "float32":
-            return None
-        scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
-        scores = b("matmul", torch.matmul, q, b("transpose", "transpose", k, -2, -1))
-        probs = b("softmax", torch.softmax, b("mul", torch.mul, scores, float(scale)), -1)
-        return b("matmul", torch.matmul, probs, v)
+        return _attention(ir, b, a)
     return None
+
+
+def _attention(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``scaled_dot_product_attention`` as PyTorch's math path writes it: scaled scores, then
+    the causal mask (key after query: ``-inf``) or the given mask (boolean: ``-inf`` where
+    false; float: added), a softmax and the product with the values."""
+    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
+    if float(a["dropout_p"]) != 0.0 or a["enable_gqa"]:
+        return None
+    if not all(isinstance(r, Ref) for r in (q, k, v)) or (a["is_causal"] and mask is not None):
+        return None
+    qs, ks = ir.shapes[q], ir.shapes[k]
+    if len(qs) < 2 or qs[:-2] != ks[:-2] or ir.dtypes[q] != "float32":
+        return None
+    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
+    scores = b("matmul", torch.matmul, q, b("transpose", "transpose", k, -2, -1))
+    scores = b("mul", torch.mul, scores, float(scale))
+    if a["is_causal"]:
+        rows, cols = qs[-2], ks[-2]
+        query_at = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
+        key_at = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
+        scores = b("masked_fill", "masked_fill", scores, b("gt", torch.gt, key_at, query_at), -math.inf)  # noqa: E501
+    elif isinstance(mask, Ref) and ir.dtypes[mask] == "bool":
+        scores = b("masked_fill", "masked_fill", scores, b("logical_not", torch.logical_not, mask), -math.inf)  # noqa: E501
+    elif isinstance(mask, Ref) and ir.dtypes[mask] == "float32":
+        scores = b("add", torch.add, scores, mask)
+    elif mask is not None:
+        return None
+    probs = b("softmax", torch.softmax, scores, -1)
+    return b("matmul", torch.matmul, probs, v)
 
 
 def _pixel_shuffle(ir: ProgramIR, b: _Builder, a: dict[str, Any], up: bool) -> Ref | None:
