@@ -10,8 +10,8 @@ from ``torch.export``, views as methods, strided ``linear`` inputs, instance-nor
 in-place writes seen through aliases (``c = b; b += 1``, ``nn.ReLU(inplace=True)``),
 pooling, scans, 3-D and transposed convolutions, ops that read other positions (``cat``,
 ``stack``, ``flip``, ``gather``, ``triu``/``tril``), decomposed losses, distances, attention,
-``einsum``, ``normalize``, pixel shuffles and nearest upsampling, and the fallbacks that keep
-unknown ops and failing items in PyTorch, declared.
+``einsum``, ``normalize``, pixel shuffles and (bi)linear or nearest resizing, and the fallbacks
+that keep unknown ops and failing items in PyTorch, declared.
 """
 
 from __future__ import annotations
@@ -169,6 +169,9 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "nearest_upsample_2d": (_problem("F.interpolate(torch.relu(x), scale_factor=2) - 1.0", f"{R}(2, 3, 4, 5)"), None),  # noqa: E501
     "nearest_upsample_module_size": (_problem("self.up(x) * 3.0", f"{R}(2, 3, 4, 5, 3)", "self.up = nn.Upsample(size=(8, 20, 6), mode='nearest')"), None),  # noqa: E501
     "nearest_upsample_1d_mixed": (_problem("F.interpolate(x, scale_factor=4.0, mode='nearest')", f"{R}(2, 3, 7)"), None),  # noqa: E501
+    "bilinear_upsample": (_problem("torch.relu(F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)) + 1.0", f"{R}(2, 3, 5, 6)"), None),  # noqa: E501
+    "bilinear_size_align_corners": (_problem("self.up(x)", f"{R}(2, 3, 5, 6)", "self.up = nn.Upsample(size=(9, 13), mode='bilinear', align_corners=True)"), None),  # noqa: E501
+    "linear_downsample_1d": (_problem("F.interpolate(x, size=5, mode='linear') * 2.0", f"{R}(2, 3, 11)"), None),  # noqa: E501
     # ---- pointwise ops added from sweeps
     "pointwise_grid_stride_capped": (_problem("torch.sigmoid(x) * y + 1.0", f"{R}(6, 40), {R}(6, 40)", params="x, y"), Tuning(default=KernelTuning(grid_waves=32))),  # noqa: E501
     "shrinks_and_frac": (_problem("F.softshrink(x, 0.3) + F.hardshrink(x, 0.7) + torch.frac(x * 3.0)", f"{R}(4, 33)"), None),  # noqa: E501
@@ -232,7 +235,7 @@ def test_unknown_ops_stay_in_pytorch_declared(tmp_path: Path) -> None:
     "call",
     [
         "F.interpolate(x, scale_factor=3)",  # floor(i * (1 / 3)) is not exact in float32
-        "F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)",
+        "F.interpolate(x, scale_factor=2, mode='bicubic', align_corners=False)",
         "F.normalize(x, p=1.0, dim=1)",
     ],
 )

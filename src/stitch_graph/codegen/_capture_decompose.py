@@ -1,5 +1,5 @@
 """Decompositions: composite functional calls (losses, distances, attention, ``einsum``,
-``embedding``, ``normalize``, pixel shuffles, nearest upsampling) lowered to registry ops.
+``embedding``, ``normalize``, pixel shuffles, resizing) lowered to registry ops.
 
 The registry has no kernel for ``F.cross_entropy`` or ``F.scaled_dot_product_attention``, but it
 has one for each op they are made of; writing them out lets the scheduler fuse those ops like any
@@ -224,6 +224,8 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     if name in ("pixel_shuffle", "pixel_unshuffle"):
         return _pixel_shuffle(ir, b, a, name == "pixel_shuffle")
     if name == "interpolate":
+        if a["mode"] in ("linear", "bilinear"):
+            return _linear_upsample(ir, b, a)
         return _nearest_upsample(ir, b, a)
     if name == "pairwise_distance":
         return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
@@ -337,6 +339,67 @@ def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | No
     copied = b("contiguous", "contiguous", b("expand", "expand", view, *grown))
     out = [*lead, *(i * f for i, f in zip(spatial, factors, strict=True))]
     return b("view", "view", copied, *out)
+
+
+def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``interpolate(mode='linear' | 'bilinear')``: per resized dim, two gathers of the input
+    along it and a blend, with source indices and weights computed as PyTorch computes them
+    (in float32) and baked; the last dim first, as PyTorch blends."""
+    x = a["input"]
+    if not isinstance(x, Ref) or a["antialias"] or ir.dtypes[x] != "float32":
+        return None
+    shape = ir.shapes[x]
+    nd = {"linear": 1, "bilinear": 2}[a["mode"]]
+    if len(shape) != nd + 2:
+        return None
+    spatial = shape[2:]
+    if a["size"] is not None:
+        size = a["size"] if isinstance(a["size"], list | tuple) else [a["size"]] * nd
+        scales = [None] * nd
+    elif a["scale_factor"] is not None:
+        given = a["scale_factor"]
+        given = list(given) if isinstance(given, list | tuple) else [given] * nd
+        size = [math.floor(i * float(f)) for i, f in zip(spatial, given, strict=True)]
+        scales = [None if a["recompute_scale_factor"] else float(f) for f in given]
+    else:
+        return None
+    if len(size) != nd:
+        return None
+    out = x
+    for j in reversed(range(nd)):  # PyTorch blends along the last dim inside the first's
+        tables = _linear_tables(spatial[j], int(size[j]), scales[j], bool(a["align_corners"]))
+        low, high, w_low, w_high = (b.constant(t) for t in tables)
+        dim = 2 + j
+        view = [1] * (nd + 2)
+        view[dim] = int(size[j])
+        lead = (slice(None),) * dim
+        # each gather read once, so the scheduler puts both and the blend in one kernel
+        near = b("index", operator.getitem, out, (*lead, low))
+        far = b("index", operator.getitem, out, (*lead, high))
+        out = b(
+            "add",
+            torch.add,
+            b("mul", torch.mul, near, b("view", "view", w_low, *view)),
+            b("mul", torch.mul, far, b("view", "view", w_high, *view)),
+        )
+    return out
+
+
+def _linear_tables(
+    length: int, size: int, scale: float | None, align_corners: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Source indices (low, high) and their weights for each of ``size`` outputs."""
+    if align_corners:
+        ratio = (length - 1) / (size - 1) if size > 1 else 0.0
+    else:
+        ratio = 1.0 / scale if scale is not None and scale > 0 else length / size
+    ratio32 = torch.tensor(ratio, dtype=torch.float32)
+    dst = torch.arange(size, dtype=torch.float32)
+    src = ratio32 * dst if align_corners else (ratio32 * (dst + 0.5) - 0.5).clamp_min(0.0)
+    low = src.to(torch.int64).clamp_max(length - 1)
+    high = torch.where(low < length - 1, low + 1, low)
+    w_high = (src - low.to(torch.float32)).clamp(0.0, 1.0)
+    return low, high, 1.0 - w_high, w_high
 
 
 def _distance(
