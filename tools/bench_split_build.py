@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -33,8 +33,10 @@ def _timed_build(source: str, cache: str, parts: int | None) -> float:
     return time.perf_counter() - begun
 
 
-def _variant(ir, plan, program, emit_candidate, Tuning, KernelTuning) -> str:  # noqa: N803
+def _variant(ir: Any, plan: Any, program: str) -> str:
     """The program with the first item whose block size changes its code given another."""
+    from stitch_graph.codegen import KernelTuning, Tuning, emit_candidate
+
     for item in plan.items:
         for block in (128, 256, 512):
             tuning = Tuning(kernels={item.id: KernelTuning(block_size=block)})
@@ -51,18 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from stitch_graph.codegen import (
-        KernelTuning,
-        Tuning,
-        capture_program,
-        emit_candidate,
-        plan_program,
-    )
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.runtime.kernels import kernel_signatures
     from stitch_graph.runtime.split import split_kernels
     from stitch_graph.task import load_task
 
-    print(f"# {torch.cuda.get_device_name()}, {os.cpu_count()} cores, {platform.node()}")
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {os.cpu_count()} CPUs")
     print(f"{'problem':44} {'kernels':>7} {'parts':>5} {'whole s':>8} {'split s':>8} "
           f"{'variant s':>9} {'rebuilt':>7}")
     for path in args.problems:
@@ -70,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         ir = capture_program(task)
         plan = plan_program(ir)
         program = emit_candidate(ir, plan).kernel_source
-        variant = _variant(ir, plan, program, emit_candidate, Tuning, KernelTuning)
+        variant = _variant(ir, plan, program)
         cores = min(os.cpu_count() or 1, 16)
         pieces = split_kernels(program, cores)
         rebuilt = len(set(split_kernels(variant, cores)) - set(pieces))

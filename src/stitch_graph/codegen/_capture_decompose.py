@@ -268,13 +268,16 @@ def _attention(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(qs[-1])
     scores = b("matmul", torch.matmul, q, b("transpose", "transpose", k, -2, -1))
     scores = b("mul", torch.mul, scores, float(scale))
+    hidden: Ref | None = None  # where the scores become -inf
     if a["is_causal"]:
         rows, cols = qs[-2], ks[-2]
         query_at = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
         key_at = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
-        scores = b("masked_fill", "masked_fill", scores, b("gt", torch.gt, key_at, query_at), -math.inf)  # noqa: E501
+        hidden = b("gt", torch.gt, key_at, query_at)
     elif isinstance(mask, Ref) and ir.dtypes[mask] == "bool":
-        scores = b("masked_fill", "masked_fill", scores, b("logical_not", torch.logical_not, mask), -math.inf)  # noqa: E501
+        hidden = b("logical_not", torch.logical_not, mask)
+    if hidden is not None:
+        scores = b("masked_fill", "masked_fill", scores, hidden, -math.inf)
     elif isinstance(mask, Ref) and ir.dtypes[mask] == "float32":
         scores = b("add", torch.add, scores, mask)
     elif mask is not None:
