@@ -187,11 +187,16 @@ def get_init_inputs():
 """
 
 
-def test_the_heaviest_kernels_are_tuned_first():
-    task = load_task(_LIGHT_THEN_HEAVY)
+def _planned(source: str):
+    """The task, its captured program, its plan and each item's roofline estimate."""
+    task = load_task(source)
     ir = capture_program(task)
     plan = plan_program(ir)
-    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    return task, ir, plan, {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+
+
+def test_the_heaviest_kernels_are_tuned_first():
+    task, ir, plan, cost = _planned(_LIGHT_THEN_HEAVY)
     first, last = plan.items[0].id, plan.items[-1].id
     assert cost[last] > 100 * cost[first]  # the program's order is light, then heavy
     _, report = autotune(ir, plan, task, ScriptedTimer({}))
@@ -224,10 +229,7 @@ def get_init_inputs():
 def test_a_compute_bound_program_tunes_its_kernels_before_graph_replay():
     """Two launches under a transposed convolution: the convolution is tuned first, graph
     replay last; when the budget ends after the convolution, replay is still timed."""
-    task = load_task(_COMPUTE_BOUND)
-    ir = capture_program(task)
-    plan = plan_program(ir)
-    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    task, ir, plan, cost = _planned(_COMPUTE_BOUND)
     conv = next(i.id for i in plan.items if i.kind == "conv")
     other = next(i.id for i in plan.items if i.id != conv)
     assert cost[conv] > 10 * cost[other]
@@ -263,10 +265,7 @@ def get_init_inputs():
 
 def test_a_library_anchor_is_tuned_before_heavier_generated_kernels():
     """Which engine (or library against generated) moves times most: a tiny GEMM goes first."""
-    task = load_task(_LIGHT_GEMM_HEAVY_SOFTMAX)
-    ir = capture_program(task)
-    plan = plan_program(ir)
-    cost = {g.id: estimate_us(ir, g) for g in groups_from_plan(ir, plan)}
+    task, ir, plan, cost = _planned(_LIGHT_GEMM_HEAVY_SOFTMAX)
     gemm = next(i.id for i in plan.items if i.kind == "gemm")
     other = next(i.id for i in plan.items if i.id != gemm)
     assert cost[other] > 100 * cost[gemm]
