@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.runtime.kernels import kernel_signatures
-    from stitch_graph.runtime.split import split_kernels
+    from stitch_graph.runtime.split import default_parts, split_kernels
     from stitch_graph.task import load_task
 
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {os.cpu_count()} CPUs")
@@ -67,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_program(ir)
         program = emit_candidate(ir, plan).kernel_source
         variant = _variant(ir, plan, program)
-        cores = min(os.cpu_count() or 1, 16)
-        pieces = split_kernels(program, cores)
-        rebuilt = len(set(split_kernels(variant, cores)) - set(pieces))
+        pieces = split_kernels(program, default_parts())
+        rebuilt = len(set(split_kernels(variant, default_parts())) - set(pieces))
         with tempfile.TemporaryDirectory() as whole, tempfile.TemporaryDirectory() as split:
             whole_s = _timed_build(program, whole, parts=1)
             split_s = _timed_build(program, split, parts=None)

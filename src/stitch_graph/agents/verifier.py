@@ -13,7 +13,6 @@ profile, analysis, route), and close the round.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,7 +59,7 @@ __all__ = ["compile_candidate", "verifier_node"]
 def compile_candidate(candidate: Candidate, ctx: StitchContext) -> CompileResult:
     """Build the candidate with the real nvcc in the form it declares; kernels alone, when
     there are many, in parts at once (``runtime.split``), as the worker's NVRTC builds them."""
-    from stitch_graph.runtime.split import split_kernels
+    from stitch_graph.runtime.split import default_parts, split_kernels
     from stitch_graph.toolchain.nvcc import KERNEL_FILE, nvcc_compile, nvcc_compile_parts
 
     work_dir = f"{ctx.work_dir}/builds" if ctx.work_dir else None
@@ -73,9 +72,7 @@ def compile_candidate(candidate: Candidate, ctx: StitchContext) -> CompileResult
             link_libraries=candidate.link_libraries,
             work_dir=work_dir,
         )
-    parts = split_kernels(
-        candidate.kernel_source, min(os.cpu_count() or 1, 16), line_file=KERNEL_FILE
-    )
+    parts = split_kernels(candidate.kernel_source, default_parts(), line_file=KERNEL_FILE)
     if len(parts) > 1:
         return nvcc_compile_parts(parts, arch=ctx.gpu_arch, work_dir=work_dir)
     return nvcc_compile(candidate.kernel_source, arch=ctx.gpu_arch, work_dir=work_dir)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
 
 
 class CaptureError(RuntimeError):
@@ -25,6 +25,22 @@ class _PropagationError(CaptureError):
 
 
 _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake into host code
+
+
+def _bake(ir: ProgramIR, ours: dict[Ref, Any], name: str, tensor: torch.Tensor) -> Ref:
+    """``tensor`` (on the CPU) as a non-persistent buffer ``name`` whose values the host code
+    holds; its ``Ref``, with shape, strides, dtype and meta tensor recorded."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    spec = ParamSpec(
+        name, tuple(tensor.shape), dtype, buffer=True, persistent=False,
+        value=tensor.flatten().tolist(),
+    )
+    ir.params.append(spec)
+    ref = Ref("param", spec.name)
+    ir.shapes[ref], ir.dtypes[ref] = spec.shape, dtype
+    ir.strides[ref] = contiguous_strides(spec.shape)
+    ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
+    return ref
 
 
 def _flat(value: Any) -> list[Any]:

@@ -16,10 +16,16 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import _MAX_BAKED, CaptureError, _subst, _to_meta
+from stitch_graph.codegen._capture_base import (
+    _MAX_BAKED,
+    CaptureError,
+    _bake,
+    _subst,
+    _to_meta,
+)
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
 from stitch_graph.codegen._capture_names import _canonical_name, _qualname
-from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, lookup, parse_signature
 
 
@@ -65,17 +71,7 @@ class _Builder:
             msg = f"a constant of {tensor.numel()} elements is too large to bake"
             raise CaptureError(msg)
         self.count += 1
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        spec = ParamSpec(
-            f"_const_{self.name}__{self.count}", tuple(tensor.shape), dtype, buffer=True,
-            persistent=False, value=tensor.flatten().tolist(),
-        )
-        self.ir.params.append(spec)
-        ref = Ref("param", spec.name)
-        self.ir.shapes[ref], self.ir.dtypes[ref] = spec.shape, dtype
-        self.ir.strides[ref] = contiguous_strides(spec.shape)
-        self.ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
-        return ref
+        return _bake(self.ir, self.ours, f"_const_{self.name}__{self.count}", tensor)
 
 
 def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:
@@ -308,6 +304,11 @@ def _pixel_shuffle(ir: ProgramIR, b: _Builder, a: dict[str, Any], up: bool) -> R
     return b("view", "view", b("contiguous", "contiguous", moved), *shape)
 
 
+def _per_dim(value: Any, nd: int) -> list[Any]:
+    """``interpolate``'s ``size`` or ``scale_factor``: one per resized dim, or one for all."""
+    return list(value) if isinstance(value, list | tuple) else [value] * nd
+
+
 def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     """``interpolate(mode='nearest')`` by whole powers of two over the trailing 1-3 dims: each
     input element repeated, as an expanded view and one copy. A power of two keeps PyTorch's
@@ -321,13 +322,12 @@ def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | No
         return None
     spatial = shape[2:]
     if a["size"] is not None:
-        size = a["size"] if isinstance(a["size"], list | tuple) else [a["size"]] * nd
+        size = _per_dim(a["size"], nd)
         if len(size) != nd or any(int(o) % i for o, i in zip(size, spatial, strict=True)):
             return None
         factors = [int(o) // i for o, i in zip(size, spatial, strict=True)]
     elif a["scale_factor"] is not None:
-        given = a["scale_factor"]
-        given = list(given) if isinstance(given, list | tuple) else [given] * nd
+        given = _per_dim(a["scale_factor"], nd)
         if len(given) != nd or any(float(f) != int(f) for f in given):
             return None
         factors = [int(f) for f in given]
@@ -357,11 +357,10 @@ def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | Non
         return None
     spatial = shape[2:]
     if a["size"] is not None:
-        size = a["size"] if isinstance(a["size"], list | tuple) else [a["size"]] * nd
+        size = _per_dim(a["size"], nd)
         scales = [None] * nd
     elif a["scale_factor"] is not None:
-        given = a["scale_factor"]
-        given = list(given) if isinstance(given, list | tuple) else [given] * nd
+        given = _per_dim(a["scale_factor"], nd)
         size = [math.floor(i * float(f)) for i, f in zip(spatial, given, strict=True)]
         scales = [None if a["recompute_scale_factor"] else float(f) for f in given]
     else:

@@ -22,6 +22,7 @@ from stitch_graph.codegen._capture_aliases import _is_buffer_update, _mutated_ar
 from stitch_graph.codegen._capture_base import (
     _MAX_BAKED,
     CaptureError,
+    _bake,
     _fetch_attr,
     _flat,
     _is_tensor_seq,
@@ -300,21 +301,7 @@ def _bake_factory(
         return False
     if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
         return False
-    spec = ParamSpec(
-        f"_const_{fx_node.name}",
-        tuple(tensor.shape),
-        str(tensor.dtype).removeprefix("torch."),
-        buffer=True,
-        persistent=False,
-        value=tensor.flatten().tolist(),
-    )
-    ir.params.append(spec)
-    ref = Ref("param", spec.name)
-    ir.shapes[ref] = spec.shape
-    ir.strides[ref] = contiguous_strides(spec.shape)
-    ir.dtypes[ref] = spec.dtype
-    ours[ref] = torch.empty(spec.shape, dtype=tensor.dtype, device="meta")
-    env[fx_node.name] = ref
+    env[fx_node.name] = _bake(ir, ours, f"_const_{fx_node.name}", tensor)
     return True
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import itertools
-import os
 import re
 import threading
 import warnings
@@ -267,7 +266,7 @@ class KernelLibrary:
         if cubin_path:
             self.module = cupy.RawModule(path=cubin_path)
         else:
-            parts = parts or min(os.cpu_count() or 1, _MAX_PARTS)
+            parts = parts or _runtime_class("default_parts", "split")()
             self.module = _build_modules(cupy, source, tuple(options), parts, self._modules)
         self._streams: dict[int, Any] = {}
         import torch
@@ -499,7 +498,6 @@ def _build_modules(
     return modules[0]
 
 
-_MAX_PARTS = 16
 _REGISTRATIONS = [0]  # parameters, buffers and submodules registered by any module so far
 _TOKENS = itertools.count(1)
 _WATCHING: list[Any] = []

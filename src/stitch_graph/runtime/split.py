@@ -16,9 +16,17 @@ macro, a helper, a global) could be used by the kernels after it, so such a sour
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
-__all__ = ["split_kernels"]
+__all__ = ["default_parts", "split_kernels"]
+
+_MAX_PARTS = 16
+
+
+def default_parts() -> int:
+    """How many parts to build at once: this machine's cores, at most 16."""
+    return min(os.cpu_count() or 1, _MAX_PARTS)
 
 _KERNEL_HEAD = re.compile(r'extern\s+"C"\s+__global__\b[^{;]*?\bvoid\s+(\w+)\s*\(')
 
