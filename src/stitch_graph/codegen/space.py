@@ -75,10 +75,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"block_size": b} for b in _BLOCKS),
         {"fuse": False},
     ],
-    # a window's loads are scalar: four outputs a thread (float4 stores) spread a warp's loads
-    # four times wider; one output a thread took KernelBench L1's 1-D average pooling from 2.32
-    # to 1.96 ms (H200), where a 1.5 s budget timed nothing after the first setting of the 2-D
-    "pool": [{"vector_width": 1}, *({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
+    "pool": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
     "rnn": [
         *({"block_size": b} for b in _BLOCKS),
