@@ -70,7 +70,8 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"conv_library": True, "block_size": b} for b in _BLOCKS),
         {"conv_library": False, "block_size": 128},
     ],
-    "gemm": [  # the library call first: the GEMM is most of the time
+    "gemm": [  # the GEMM is most of the time: a skinny one's own kernel, then the library's
+        {"gemm_kernel": True},
         *({"gemm_algo": a} for a in (1, 2, 3)),
         *({"block_size": b} for b in _BLOCKS),
         {"fuse": False},

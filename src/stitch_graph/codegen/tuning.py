@@ -57,6 +57,11 @@ class KernelTuning(BaseModel):
         description="GEMM library call: 0 cublasSgemm (as eager runs it); N > 0 cuBLASLt's N-th "
         "ranked FP32 algorithm for the shape.",
     )
+    gemm_kernel: bool = Field(
+        default=False,
+        description="True: a generated GEMM for at most 16 rows (a warp per output column, the "
+        "epilogue fused) in place of cuBLAS; the tuner takes it only when faster.",
+    )
 
 
 class Tuning(BaseModel):
