@@ -728,11 +728,20 @@ class _ReduceEmitter(_EmitterBase):
         ir = self.ir
         out = ir.node(g.output)
         block = min(tun.block_size, 1024)
-        loops = _SplitLoops(rows, length, block, index, in_idx, acc, most=4096)
+        # contiguous rows a multiple of four long: chunks of whole float4s, read as float4s
+        # where every operand is aligned (a ``_v4`` pair, the scalar pair otherwise)
+        wide = tun.vector_width == 4 and in_idx in ("k", f"r * {length} + k") and length % 4 == 0
+        loops = _SplitLoops(rows, length, block, index, in_idx, acc, most=4096,
+                            align=4 if wide else 1)
         splits, chunk = loops.splits, loops.chunk
         args = _Args(ir)
         env: dict[str, str] = {}
         pre, value = load_value(args, env)
+        reduce_block = [
+            "  acc = sg_block_reduce(acc);",
+            f"  if (threadIdx.x == 0) reinterpret_cast<{acc}*>(ws)[blockIdx.x] = acc;",
+            "}",
+        ]
         stage1 = [
             f"// stage 1 of a split reduction: {rows} row(s) x {splits} chunk(s) of {chunk}",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part('
@@ -743,9 +752,31 @@ class _ReduceEmitter(_EmitterBase):
             *(f"    {line}" for line in pre),
             f"    acc.update({value}, k);",
             "  }",
-            "  acc = sg_block_reduce(acc);",
-            f"  if (threadIdx.x == 0) reinterpret_cast<{acc}*>(ws)[blockIdx.x] = acc;",
-            "}",
+            *reduce_block,
+        ]
+        vargs = _Args(ir, vector=True)
+        vpre, vvalue = load_value(vargs, {})
+        wide = wide and bool(vargs.vec_refs) and vargs.refs == args.refs
+        nu = length // 4
+        stage1_v4 = [
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part_v4('
+            f"{vargs.signature(['unsigned char* __restrict__ ws'])}) {{",
+            *loops.head(),
+            "#pragma unroll 4",
+            f"  for ({index} u = s * {chunk // 4} + threadIdx.x; u < end / 4; u += {block}) {{",
+            *(
+                f"    const float4 a{q}v = reinterpret_cast<const float4*>(a{q})[r * {nu} + u];"
+                for q in (args.refs.index(ref) for ref in vargs.vec_refs)
+            ),
+            "    #pragma unroll",
+            "    for (int l = 0; l < 4; ++l) {",
+            f"      const {index} k = u * 4 + l;",
+            f"      const {index} i = {in_idx};",
+            *(f"      {line}" for line in vpre),
+            f"      acc.update({vvalue}, k);",
+            "    }",
+            "  }",
+            *reduce_block,
         ]
         args2 = _Args(ir)
         post, result = finish(args2, "acc")
@@ -767,6 +798,12 @@ class _ReduceEmitter(_EmitterBase):
         ]
         self.kernels.append("\n".join(stage1))
         self.kernels.append("\n".join(stage2))
+        aligned = None
+        if wide:
+            self.kernels.append("\n".join(stage1_v4))
+            self.kernels.append("\n".join(stage2).replace(f" void {kernel}(", f" void {kernel}_v4("))
+            aligned = [_py(r) for r in vargs.vec_refs]
         return _two_stage_launch(
-            g, kernel, out, args, args2, rows * splits, (rows * splits, block), (rows, block2)
+            g, kernel, out, args, args2, rows * splits, (rows * splits, block), (rows, block2),
+            aligned,
         )
