@@ -106,6 +106,10 @@ _DECOMPOSE_SIGNATURES = {
     "pixel_unshuffle": "input, downscale_factor",
     "interpolate": "input, size=None, scale_factor=None, mode='nearest', align_corners=None, recompute_scale_factor=None, antialias=False",  # noqa: E501
     "scaled_dot_product_attention": "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",  # noqa: E501
+    "prelu": "input, weight",
+    "var_mean": "input, dim=None, unbiased=None, keepdim=False, correction=None",
+    "gru_cell": "input, hx, w_ih, w_hh, b_ih=None, b_hh=None",
+    "lstm_cell": "input, hx, w_ih, w_hh, b_ih=None, b_hh=None",
 }
 # elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
 _ELEMENTWISE_LOSSES = {
@@ -146,7 +150,7 @@ def _decompose(
         return None
     info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
     a = info.bind(args, kwargs)
-    refs = [v for k, v in a.items() if isinstance(v, Ref)]
+    refs = [v for v in _flat_values(a) if isinstance(v, Ref)]
     if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
         return None
     count = len(ir.nodes)
@@ -246,7 +250,68 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return b("sum", torch.sum, prod, dim)
     if name == "scaled_dot_product_attention":
         return _attention(ir, b, a)
+    if name == "prelu":
+        return _prelu(ir, b, a["input"], a["weight"])
+    if name == "var_mean":
+        x = a["input"]
+        if ir.dtypes[x] != "float32":
+            return None
+        how = {k: a[k] for k in ("unbiased", "correction") if a[k] is not None}
+        var = b("var", torch.var, x, a["dim"], keepdim=bool(a["keepdim"]), **how)
+        return var, b("mean", torch.mean, x, a["dim"], bool(a["keepdim"]))
+    if name in ("gru_cell", "lstm_cell"):
+        return _rnn_cell(ir, b, name, a)
     return None
+
+
+def _flat_values(a: dict[str, Any]) -> list[Any]:
+    """The bound arguments, sequences (an LSTM cell's ``(h, c)``) opened."""
+    return [x for v in a.values() for x in (v if isinstance(v, list | tuple) else [v])]
+
+
+def _prelu(ir: ProgramIR, b: _Builder, x: Any, weight: Any) -> Ref | None:
+    """``prelu``: ``x`` where positive, else ``weight * x``, one weight a channel (dim 1)."""
+    if not isinstance(x, Ref) or not isinstance(weight, Ref) or ir.dtypes[x] != "float32":
+        return None
+    shape, count = ir.shapes[x], math.prod(ir.shapes[weight])
+    if count != 1:
+        if len(shape) < 2 or shape[1] != count:
+            return None
+        weight = b("view", "view", weight, [count, *([1] * (len(shape) - 2))])
+    scaled = b("mul", torch.mul, x, weight)
+    return b("where", torch.where, b("gt", torch.gt, x, 0.0), x, scaled)
+
+
+def _rnn_cell(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
+    """``gru_cell`` / ``lstm_cell`` (one step of ``nn.GRUCell`` / ``nn.LSTMCell``): the input's
+    and the hidden state's projections, then the gates, as PyTorch's fused cell kernels write
+    them (the GRU's ``n + z * (h - n)``; the LSTM returns ``(h, c)``)."""
+    F = torch.nn.functional  # noqa: N806
+    x, hx = a["input"], a["hx"]
+    h, c = (hx[0], hx[1]) if name == "lstm_cell" else (hx, None)
+    if not isinstance(x, Ref) or not isinstance(h, Ref) or len(ir.shapes[x]) != 2:
+        return None
+    if name == "lstm_cell" and not isinstance(c, Ref):
+        return None
+    size = ir.shapes[h][-1]
+    gi = b("linear", F.linear, x, a["w_ih"], a["b_ih"])
+    gh = b("linear", F.linear, h, a["w_hh"], a["b_hh"])
+
+    def gate(of: Ref, k: int) -> Ref:
+        return b("narrow", torch.narrow, of, 1, k * size, size)
+
+    if name == "gru_cell":
+        r = b("sigmoid", torch.sigmoid, b("add", torch.add, gate(gi, 0), gate(gh, 0)))
+        z = b("sigmoid", torch.sigmoid, b("add", torch.add, gate(gi, 1), gate(gh, 1)))
+        reset = b("mul", torch.mul, r, gate(gh, 2))
+        n = b("tanh", torch.tanh, b("add", torch.add, gate(gi, 2), reset))
+        return b("add", torch.add, n, b("mul", torch.mul, z, b("sub", torch.sub, h, n)))
+    gates = b("add", torch.add, gi, gh)
+    i, f = (b("sigmoid", torch.sigmoid, gate(gates, k)) for k in (0, 1))
+    g = b("tanh", torch.tanh, gate(gates, 2))
+    o = b("sigmoid", torch.sigmoid, gate(gates, 3))
+    cy = b("add", torch.add, b("mul", torch.mul, f, c), b("mul", torch.mul, i, g))
+    return b("mul", torch.mul, o, b("tanh", torch.tanh, cy)), cy
 
 
 def _attention(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:

@@ -239,10 +239,17 @@ def _lower_node(
     """Lower one traced call with a tensor result: bind it in ``env``, append its node."""
     if _bake_factory(ir, fx_node, env, ours, value):
         return
-    decomposed = _decompose(ir, fx_node, env, ours) if torch.is_tensor(value) else None
+    decomposed = _decompose(ir, fx_node, env, ours) if _is_tensor_seq(value) or torch.is_tensor(
+        value
+    ) else None
     if decomposed is not None:
         env[fx_node.name] = decomposed
         return
+    if fx_node.op == "call_function" and fx_node.target is operator.getitem:
+        held, index = _subst(fx_node.args, env)
+        if isinstance(held, tuple) and isinstance(index, int):  # of a decomposed tuple
+            env[fx_node.name] = held[index]
+            return
     if _is_buffer_update(fx_node, env):
         ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")
         return
