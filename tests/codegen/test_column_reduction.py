@@ -131,3 +131,19 @@ def test_outputs_enough_for_a_thread_each_split_only_when_asked() -> None:
     assert f"64 adjacent output(s) x 4 chunk(s) of 1024 a block, {TILE}" in split.kernel_source
     if find_nvcc() is not None:
         assert nvcc_compile(split.kernel_source).ok
+
+
+@pytest.mark.parametrize(("expr", "strided"), [("x.argmax(dim=1)", True), ("x.sum(-1)", False)])
+def test_a_strided_reduction_is_tuned_in_its_own_space_first_loads_in_flight(
+    expr: str, strided: bool
+) -> None:
+    from stitch_graph.codegen import groups_from_plan
+    from stitch_graph.codegen.schedule import reduces_strided
+    from stitch_graph.codegen.space import space_kind, tuning_space
+
+    ir = capture_program(load_task(_PROBLEM.format(expr=expr, shape="8, 64, 33")))
+    (group,) = groups_from_plan(ir, plan_program(ir))
+    assert reduces_strided(ir, group) == strided
+    kind = space_kind(group.kind, "argmax", strided=reduces_strided(ir, group))
+    assert (kind == "column_reduction") == strided
+    assert (tuning_space(kind)[1].split_reduction is True) == strided

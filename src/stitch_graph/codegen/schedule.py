@@ -87,6 +87,18 @@ def reduction_dims(ir: ProgramIR, node: OpNode) -> list[int]:
     return [int(d) for d in dims]
 
 
+def reduces_strided(ir: ProgramIR, group: Group) -> bool:
+    """Whether a reduction group reduces a dim with elements after it (a column reduction)."""
+    if group.kind != "reduction" or not group.anchor:
+        return False
+    node = ir.node(group.anchor)
+    source = node.args.get("input")
+    if not isinstance(source, Ref):
+        return False
+    layout = row_layout(ir.shapes[source], reduction_dims(ir, node))
+    return layout is not None and layout[2] > 1
+
+
 def _rnn_unsupported(ir: ProgramIR, node: OpNode) -> str:
     """Why an ``lstm``/``gru`` node cannot be generated ("" when it can)."""
     x, hx, params = node.args.get("input"), node.args.get("hx"), node.args.get("params")

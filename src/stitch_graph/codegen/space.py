@@ -38,6 +38,15 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"unroll": u} for u in (4, 8)),  # more loads in flight on long rows
         {"vector_width": 1},
     ],
+    # a thread an output walking a strided column: what moves it is more loads in flight, a
+    # tile of chunks an output or a longer unroll; rows per block only serialise it (a 1.5 s
+    # budget timed four row settings of KernelBench L1's strided argmax and none of these)
+    "column_reduction": [
+        {"split_reduction": True},
+        *({"unroll": u} for u in (8, 16)),
+        *({"block_size": b} for b in (128, 512)),
+        {"split_reduction": False},
+    ],
     "softmax": [
         *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
         *({"rows_per_block": r} for r in (2, 4, 8)),
@@ -98,11 +107,14 @@ _FIRST_FOR: dict[str, tuple[str, ...]] = {
 }
 
 
-def space_kind(kind: str, anchor_op: str | None) -> str:
+def space_kind(kind: str, anchor_op: str | None, *, strided: bool = False) -> str:
     """The space a kernel is tuned in: its group kind, except that transposed convolutions
-    have their own order."""
+    and reductions over a ``strided`` dim (outputs along contiguous memory) have their own
+    order."""
     if kind == "conv" and (anchor_op or "").startswith("conv_transpose"):
         return "conv_transpose"
+    if kind == "reduction" and strided:
+        return "column_reduction"
     return kind
 
 

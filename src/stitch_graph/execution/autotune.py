@@ -44,6 +44,7 @@ from stitch_graph.codegen import (
     group_signature,
     groups_from_plan,
 )
+from stitch_graph.codegen.schedule import reduces_strided
 from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
 from stitch_graph.execution._common import build_on
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
@@ -165,7 +166,11 @@ def autotune(
     report = TuningReport(device=device)
     groups = groups_from_plan(ir, plan)
     kinds = {
-        group.id: space_kind(group.kind, ir.node(group.anchor).op if group.anchor else None)
+        group.id: space_kind(
+            group.kind,
+            ir.node(group.anchor).op if group.anchor else None,
+            strided=reduces_strided(ir, group),
+        )
         for group in groups
     }
     # copies of one kernel (repeated layers, unrolled steps) are tuned as one: a setting is
