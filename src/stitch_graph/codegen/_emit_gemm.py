@@ -6,7 +6,7 @@ epilogue kernel.
 
 from __future__ import annotations
 
-from stitch_graph.codegen._emit_base import EmitError, _Args, _EmitterBase, _literal, _py
+from stitch_graph.codegen._emit_base import _SMS, EmitError, _Args, _EmitterBase, _literal, _py
 from stitch_graph.codegen.ir import Group, Ref, matrix_layout, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -93,72 +93,100 @@ class _GemmEmitter(_EmitterBase):
     ) -> list[str]:
         """``out[m, n] = sum_k A[m, k] B[n, k]`` (+ bias, + epilogue) for a few rows ``m``.
 
-        A warp per output column reads that column's ``B`` row once, coalesced (float4 where
-        the rows and pointers allow), and keeps every row's sum in registers: the weight is read
-        once, at memory speed. cuBLAS ran KernelBench L3's RNN step GEMM (8 x 1280 by
-        1280 x 256) at 50 us without split-K (H200), where a read of its 1.3 MB takes under 1 us.
+        A warp owns a few output columns: it reads their ``B`` rows once, coalesced (float4
+        where the rows and pointers allow), and keeps every row's sum in registers, so the
+        weight is read once, at memory speed, and each ``A`` load serves every owned column.
+        cuBLAS ran KernelBench L3's RNN step GEMM (8 x 1280 by 1280 x 256) at 50 us without
+        split-K (H200), where a read of its 1.3 MB takes under 1 us.
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
         (a_ref, lda), (b_ref, ldb) = a, b
         m, n, k = mnk
+        cols = max(1, min(4, SKINNY_ROWS // m))  # sums a lane holds: m * cols <= 16
         args = _Args(ir)
         pa, pb = args.param(a_ref), args.param(b_ref)
+        warps = -(-n // cols)
         block = tun.block_size
-        sums = [f"acc{r}" for r in range(m)]
-        fma4 = [
-            f"{{ const float4 x = *reinterpret_cast<const float4*>({pa} + {r * lda} + c); "
-            f"acc{r} += w.x * x.x + w.y * x.y + w.z * x.z + w.w * x.w; }}"
-            for r in range(m)
-        ]
-        fma1 = [f"acc{r} += w * {pa}[{r * lda} + c];" for r in range(m)]
+        while block > 32 and -(-warps * 32 // block) < _SMS:  # a block an SM at least
+            block //= 2
         wide = k % 4 == 0 and lda % 4 == 0 and ldb % 4 == 0
-        aligned = f"((reinterpret_cast<unsigned long long>({pa}) | reinterpret_cast<unsigned long long>({pb})) & 15) == 0"  # noqa: E501
-        space = tuple(node.shape)
-        env: dict[str, str] = {}
-        addend = f" + {args.load(bias, space, 'i')}" if isinstance(bias, Ref) else ""
-        env[node.name] = f"v_{node.name}"
-        epilogue = self.exprs(g.epilogue, space, "i", env, args)
-        out = ir.node(g.output)
-        loops = [
-            f"for (int c = lane; c < {k}; c += 32) {{",
-            "  const float w = wr[c];",
-            *(f"  {line}" for line in fma1),
-            "}",
-        ]
+
+        def step(width: int) -> list[str]:
+            """One position of the k loop: the owned columns' weights, then each row's value
+            against them."""
+            if width == 4:
+                load = "*reinterpret_cast<const float4*>({} + c)"
+                w = [f"const float4 w{j} = {load.format(f'w{j}r')};" for j in range(cols)]
+                rows = []
+                for r in range(m):
+                    dots = " ".join(
+                        f"acc{r}_{j} += w{j}.x * x.x + w{j}.y * x.y + w{j}.z * x.z + w{j}.w * x.w;"
+                        for j in range(cols)
+                    )
+                    rows.append(
+                        f"{{ const float4 x = {load.format(f'{pa} + {r * lda}')}; {dots} }}"
+                    )
+                return w + rows
+            w = [f"const float w{j} = w{j}r[c];" for j in range(cols)]
+            rows = []
+            for r in range(m):
+                dots = " ".join(f"acc{r}_{j} += w{j} * x;" for j in range(cols))
+                rows.append(f"{{ const float x = {pa}[{r * lda} + c]; {dots} }}")
+            return w + rows
+
+        loops = [f"for (int c = lane; c < {k}; c += 32) {{", *(f"  {x}" for x in step(1)), "}"]
         if wide:
+            aligned = " | ".join(f"reinterpret_cast<unsigned long long>({p})" for p in (pa, pb))
             loops = [
-                f"if ({aligned}) {{",
+                f"if ((({aligned}) & 15) == 0) {{",
                 "  #pragma unroll 2",
                 f"  for (int c = lane * 4; c < {k}; c += 128) {{",
-                "    const float4 w = *reinterpret_cast<const float4*>(wr + c);",
-                *(f"    {line}" for line in fma4),
+                *(f"    {x}" for x in step(4)),
                 "  }",
                 "} else {",
-                *(f"  {line}" for line in loops),
+                *(f"  {x}" for x in loops),
                 "}",
             ]
+        sums = [f"acc{r}_{j}" for r in range(m) for j in range(cols)]
+        space = tuple(node.shape)
+        env: dict[str, str] = {node.name: f"v_{node.name}"}
+        addend = f" + {args.load(bias, space, 'i')}" if isinstance(bias, Ref) else ""
+        epilogue = self.exprs(g.epilogue, space, "i", env, args)
+        out = ir.node(g.output)
         src = [
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature(['float* __restrict__ out'])}) {{",
-            f"  const int col = (int)(((long long)blockIdx.x * {block} + threadIdx.x) >> 5);",
+            f"  const int col0 = (int)(((long long)blockIdx.x * {block} + threadIdx.x) >> 5)"
+            f" * {cols};",
             "  const int lane = threadIdx.x & 31;",
-            f"  if (col >= {n}) return;",
-            f"  const float* __restrict__ wr = {pb} + (long long)col * {ldb};",
-            f"  float {', '.join(f'{s} = 0.f' for s in sums)};",
+            f"  if (col0 >= {n}) return;",
+            *(
+                f"  const float* __restrict__ w{j}r = {pb} + (long long)min(col0 + {j}, {n - 1})"
+                f" * {ldb};"
+                for j in range(cols)
+            ),
+            f"  float {', '.join(f'{x} = 0.f' for x in sums)};",
             *(f"  {line}" for line in loops),
             "  #pragma unroll",
             "  for (int off = 16; off > 0; off >>= 1) {",
-            *(f"    {s} += __shfl_xor_sync(0xffffffffu, {s}, off);" for s in sums),
+            *(f"    {x} += __shfl_xor_sync(0xffffffffu, {x}, off);" for x in sums),
             "  }",
-            f"  if (lane >= {m}) return;",
-            "  float sum = acc0;",
-            *(f"  if (lane == {r}) sum = acc{r};" for r in range(1, m)),
-            f"  const int i = lane * {n} + col;",
+            f"  if (lane >= {m * cols}) return;",
+            f"  const int row = lane / {cols}, col = col0 + lane % {cols};",
+            f"  if (col >= {n}) return;",
+            "  float sum = acc0_0;",
+            *(
+                f"  if (lane == {r * cols + j}) sum = acc{r}_{j};"
+                for r in range(m)
+                for j in range(cols)
+                if r or j
+            ),
+            f"  const int i = row * {n} + col;",
             f"  const float v_{node.name} = sum{addend};",
             *(f"  {line}" for line in epilogue),
             f"  out[i] = {env[out.name]};",
             "}",
         ]
-        grid = -(-n * 32 // block)
+        grid = -(-warps * 32 // block)
         return self._add_kernel(src, kernel, grid, block, args, out)
