@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {os.cpu_count()} CPUs")
     print(f"{'problem':44} {'kernels':>7} {'parts':>5} {'whole s':>8} {'split s':>8} "
           f"{'variant s':>9} {'rebuilt':>7}")
+    root = tempfile.mkdtemp(prefix="split_build_")
     for path in args.problems:
         task = load_task(Path(path))
         ir = capture_program(task)
@@ -69,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         variant = _variant(ir, plan, program)
         pieces = split_kernels(program, default_parts())
         rebuilt = len(set(split_kernels(variant, default_parts())) - set(pieces))
-        with tempfile.TemporaryDirectory() as whole, tempfile.TemporaryDirectory() as split:
-            whole_s = _timed_build(program, whole, parts=1)
-            split_s = _timed_build(program, split, parts=None)
-            variant_s = _timed_build(variant, split, parts=None)
+        # fresh caches a problem, kept to the end: CuPy may keep writing to the folder it read
+        whole, split = tempfile.mkdtemp(dir=root), tempfile.mkdtemp(dir=root)
+        whole_s = _timed_build(program, whole, parts=1)
+        split_s = _timed_build(program, split, parts=None)
+        variant_s = _timed_build(variant, split, parts=None)
         name = Path(path).stem[:44]
         print(f"{name:44} {len(kernel_signatures(program)):7d} {len(pieces):5d} {whole_s:8.1f} "
               f"{split_s:8.1f} {variant_s:9.1f} {rebuilt:7d}", flush=True)
