@@ -239,9 +239,8 @@ def _lower_node(
     """Lower one traced call with a tensor result: bind it in ``env``, append its node."""
     if _bake_factory(ir, fx_node, env, ours, value):
         return
-    decomposed = _decompose(ir, fx_node, env, ours) if _is_tensor_seq(value) or torch.is_tensor(
-        value
-    ) else None
+    tensors = torch.is_tensor(value) or _is_tensor_seq(value)  # var_mean: a pair of them
+    decomposed = _decompose(ir, fx_node, env, ours) if tensors else None
     if decomposed is not None:
         env[fx_node.name] = decomposed
         return
