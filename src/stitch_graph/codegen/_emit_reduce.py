@@ -754,30 +754,6 @@ class _ReduceEmitter(_EmitterBase):
             "  }",
             *reduce_block,
         ]
-        vargs = _Args(ir, vector=True)
-        vpre, vvalue = load_value(vargs, {})
-        wide = wide and bool(vargs.vec_refs) and vargs.refs == args.refs
-        nu = length // 4
-        stage1_v4 = [
-            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part_v4('
-            f"{vargs.signature(['unsigned char* __restrict__ ws'])}) {{",
-            *loops.head(),
-            "#pragma unroll 4",
-            f"  for ({index} u = s * {chunk // 4} + threadIdx.x; u < end / 4; u += {block}) {{",
-            *(
-                f"    const float4 a{q}v = reinterpret_cast<const float4*>(a{q})[r * {nu} + u];"
-                for q in (args.refs.index(ref) for ref in vargs.vec_refs)
-            ),
-            "    #pragma unroll",
-            "    for (int l = 0; l < 4; ++l) {",
-            f"      const {index} k = u * 4 + l;",
-            f"      const {index} i = {in_idx};",
-            *(f"      {line}" for line in vpre),
-            f"      acc.update({vvalue}, k);",
-            "    }",
-            "  }",
-            *reduce_block,
-        ]
         args2 = _Args(ir)
         post, result = finish(args2, "acc")
         otype = _CTYPE.get(out.dtype, "float")
@@ -799,8 +775,31 @@ class _ReduceEmitter(_EmitterBase):
         self.kernels.append("\n".join(stage1))
         self.kernels.append("\n".join(stage2))
         aligned = None
-        if wide:
-            self.kernels.append("\n".join(stage1_v4))
+        vargs = _Args(ir, vector=True)
+        vpre, vvalue = load_value(vargs, {}) if wide else ([], "")
+        if wide and vargs.vec_refs and vargs.refs == args.refs:
+            nu = length // 4
+            stage1_v4 = [
+                f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_part_v4('
+                f"{vargs.signature(['unsigned char* __restrict__ ws'])}) {{",
+                *loops.head(),
+                "#pragma unroll 4",
+                f"  for ({index} u = s * {chunk // 4} + threadIdx.x; u < end / 4; u += {block}) {{",
+                *(
+                    f"    const float4 a{q}v = reinterpret_cast<const float4*>(a{q})[r * {nu} + u];"
+                    for q in (args.refs.index(ref) for ref in vargs.vec_refs)
+                ),
+                "    #pragma unroll",
+                "    for (int l = 0; l < 4; ++l) {",
+                f"      const {index} k = u * 4 + l;",
+                f"      const {index} i = {in_idx};",
+                *(f"      {line}" for line in vpre),
+                f"      acc.update({vvalue}, k);",
+                "    }",
+                "  }",
+                *reduce_block,
+            ]
+            self.kernels.append("\n".join(stage1_v4))  # stage 2 loads no float4: a renamed copy
             self.kernels.append("\n".join(stage2).replace(f" void {kernel}(", f" void {kernel}_v4("))
             aligned = [_py(r) for r in vargs.vec_refs]
         return _two_stage_launch(

@@ -59,8 +59,8 @@ class KernelTuning(BaseModel):
     )
     gemm_kernel: bool = Field(
         default=False,
-        description="True: a generated GEMM for at most 16 rows (a warp per output column, the "
-        "epilogue fused) in place of cuBLAS; the tuner takes it only when faster.",
+        description="True: a generated GEMM for at most 16 rows (a warp per few output columns, "
+        "the epilogue fused) in place of cuBLAS; the tuner takes it only when faster.",
     )
 
 
