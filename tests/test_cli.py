@@ -508,3 +508,15 @@ def test_a_partial_program_is_reported_as_partial_with_each_call_site(tmp_path):
     markdown = (out / "report.md").read_text()
     assert "## Left to PyTorch (partial program)" in markdown
     assert "| linalg_inv | 3 |" in markdown
+
+
+@pytest.mark.parametrize("command", ["optimize", "bench"])
+def test_the_tuning_budget_reaches_the_run_settings(command, tmp_path):
+    from stitch_graph.cli.main import build_parser
+    from stitch_graph.cli.models import context_from_args
+
+    parser = build_parser()
+    default = parser.parse_args([command, "p.py"])
+    given = parser.parse_args([command, "p.py", "--tune-budget", "2.5"])
+    assert context_from_args(default, tmp_path).tune_budget_s == 60.0
+    assert context_from_args(given, tmp_path).tune_budget_s == 2.5

@@ -134,3 +134,31 @@ def test_a_cudnn_failure_switches_the_coder_to_generated_convolution() -> None:
     back = apply_feedback(tuned, plan, Feedback(target="coder", category="bottleneck",
                                                 items=[advice]))
     assert all(back.for_item(i.id).conv_library is True for i in plan.items)
+
+
+@pytest.mark.parametrize(
+    ("layer", "depthwise"),
+    [
+        ("Conv2d(8, 8, (3, 1), groups=8)", True),
+        ("Conv2d(8, 16, 3, groups=8)", True),  # a channel multiplier of two
+        ("Conv2d(8, 8, 3, groups=2)", False),
+        ("Conv2d(8, 8, 3)", False),
+        ("ConvTranspose2d(8, 8, 3, groups=8)", False),
+    ],
+)
+def test_depthwise_convolutions_time_the_generated_kernel_first(layer, depthwise, tmp_path):
+    from stitch_graph.codegen import groups_from_plan
+    from stitch_graph.codegen.schedule import convolves_depthwise
+    from stitch_graph.codegen.space import space_kind, tuning_space
+
+    task, _ = _generate(layer, (2, 8, 12, 10), "self.conv(x)")
+    ir = capture_program(task)
+    group = next(g for g in groups_from_plan(ir, plan_program(ir)) if g.kind == "conv")
+    assert convolves_depthwise(ir, group) == depthwise
+    kind = space_kind("conv", ir.node(group.anchor).op, depthwise=depthwise)
+    assert (tuning_space(kind)[1].conv_library is False) == (depthwise or "Transpose" in layer)
+    if depthwise:  # the first alternative: the direct kernel, correct
+        tuning = Tuning(default=KernelTuning(conv_library=False))
+        task, cand = _generate(layer, (2, 8, 12, 10), "self.conv(x)", tuning)
+        assert "direct conv2d" in cand.kernel_source
+        check_on_cpu(task, cand, tmp_path)

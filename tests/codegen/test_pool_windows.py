@@ -55,3 +55,37 @@ def test_pool_windows_match_pytorch(case: str, tmp_path: Path) -> None:
     # bounds are checked only where a window can leave the input
     assert ("continue;" not in program.kernel_source) == inside
     check_on_cpu(task, program, tmp_path)
+
+
+# rows of a warp of outputs or more: a block per run of outputs, each window row's input span
+# staged in shared memory (the prologue applied on the way in, the epilogue on the way out)
+STAGED = {
+    "avg1d_overlapping_padded": ("F.avg_pool1d(x, 8, 1, padding=4)", "2, 3, 70"),
+    "avg1d_excluded_strided": (
+        "F.avg_pool1d(x, 5, 3, padding=2, count_include_pad=False)", "2, 2, 140"
+    ),
+    "avg2d_wide_window": ("F.avg_pool2d(x, 11)", "1, 2, 23, 400"),
+    "avg2d_ceil": ("F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)", "1, 2, 7, 81"),
+    "max1d_dilated_padded": ("F.max_pool1d(x, 8, 1, padding=4, dilation=3)", "2, 3, 60"),
+    "max2d_prologue_epilogue": ("torch.sigmoid(F.max_pool2d(torch.relu(x) * 2, 3, 2, 1))", "1, 2, 9, 70"),  # noqa: E501
+    "max3d_dilated": ("F.max_pool3d(x, 3, 2, padding=1, dilation=2)", "1, 2, 5, 6, 72"),
+    "avg3d_padded": ("F.avg_pool3d(x, 3, 2, padding=1)", "1, 2, 5, 4, 90"),
+}
+
+
+@pytest.mark.parametrize("staged", [True, False])
+@pytest.mark.parametrize("case", sorted(STAGED))
+def test_staged_pooling_matches_pytorch(case: str, staged: bool, tmp_path: Path) -> None:
+    from stitch_graph.codegen import KernelTuning, Tuning
+
+    call, shape = STAGED[case]
+    tuning = None if staged else Tuning(default=KernelTuning(stage_window=False))
+    task, program = generate_checked(_PROBLEM.format(call=call, shape=shape), tuning)
+    assert ("__shared__ float tile[" in program.kernel_source) == staged
+    check_on_cpu(task, program, tmp_path, cooperative=staged)
+
+
+def test_short_rows_are_not_staged() -> None:
+    """Fewer than a warp of outputs a row would idle most of a staged block."""
+    _task, program = generate_checked(_PROBLEM.format(call="F.max_pool2d(x, 2)", shape="1, 2, 8, 62"))
+    assert "tile[" not in program.kernel_source

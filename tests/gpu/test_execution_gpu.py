@@ -186,3 +186,18 @@ def test_work_left_on_a_side_stream_is_caught_by_the_timer():
     honest = time_cuda(lambda: torch.cuda._sleep(2_000_000), warmup=1, runs=5)
     assert not escaped(honest), honest
     assert honest["median_ms"] > 0.3
+
+
+def test_a_slow_call_is_timed_fewer_times_under_a_time_cap():
+    import torch
+
+    from stitch_graph.execution.timing import time_cuda
+
+    def slow():
+        torch.cuda._sleep(60_000_000)  # tens of milliseconds
+
+    capped = time_cuda(slow, warmup=1, runs=20, max_s=0.05)
+    assert capped["runs"] == 3  # the floor, each run being past the cap already
+    assert capped["median_ms"] > 5
+    fast = time_cuda(lambda: torch.cuda._sleep(20_000), warmup=1, runs=20, max_s=0.05)
+    assert fast["runs"] == 20

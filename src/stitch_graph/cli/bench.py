@@ -461,6 +461,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--max-rounds", type=int, default=6)
     parser.add_argument("--wall-time", type=float, default=1800.0, help="seconds per problem")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
+    parser.add_argument(
+        "--tune-budget", type=float, default=60.0, help="seconds of autotuning a problem at most"
+    )
     parser.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
     parser.add_argument("--no-profile", action="store_true", help="skip ncu profiling")
     parser.add_argument("--no-knowledge", action="store_true", help="skip knowledge-index advice")

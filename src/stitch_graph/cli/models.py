@@ -64,6 +64,7 @@ def context_from_args(args: argparse.Namespace, out: Path, **extra: Any) -> Stit
         structured_output_method=args.structured_method,
         max_rounds=args.max_rounds,
         wall_time_s=args.wall_time,
+        tune_budget_s=args.tune_budget,
         gpu_arch=args.arch,
         profile=not args.no_profile,
         use_knowledge=not args.no_knowledge,

@@ -217,6 +217,7 @@ class _Reduction:
     rows: int
     length: int
     in_idx: str  # element of row r, position k, in the input
+    contiguous: bool  # rows lie one after another in the input (``in_idx`` is r * length + k)
     index: str  # "int" or "long long"
     acc: str
     load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]]
@@ -288,7 +289,9 @@ class _ReduceEmitter(_EmitterBase):
                                 env, args)
             return lines, env[result_of or out.name]
 
-        red = _Reduction(g, kernel, rows, length, in_idx, index, acc, load_value, finish)
+        red = _Reduction(
+            g, kernel, rows, length, in_idx, inner == 1, index, acc, load_value, finish
+        )
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
         broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
         row_kernel = tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE
@@ -730,7 +733,7 @@ class _ReduceEmitter(_EmitterBase):
         block = min(tun.block_size, 1024)
         # contiguous rows a multiple of four long: chunks of whole float4s, read as float4s
         # where every operand is aligned (a ``_v4`` pair, the scalar pair otherwise)
-        wide = tun.vector_width == 4 and in_idx in ("k", f"r * {length} + k") and length % 4 == 0
+        wide = tun.vector_width == 4 and red.contiguous and length % 4 == 0
         loops = _SplitLoops(rows, length, block, index, in_idx, acc, most=4096,
                             align=4 if wide else 1)
         splits, chunk = loops.splits, loops.chunk
@@ -758,22 +761,25 @@ class _ReduceEmitter(_EmitterBase):
         post, result = finish(args2, "acc")
         otype = _CTYPE.get(out.dtype, "float")
         block2 = 32 * min(32, max(1, math.ceil(splits / 32)))
-        stage2 = [
-            f'extern "C" __global__ __launch_bounds__({block2}) void {kernel}('
-            f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
-            f"  const {index} r = blockIdx.x;",
-            f"  const {acc}* part = reinterpret_cast<const {acc}*>(ws) + r * {splits};",
-            f"  {acc} acc = {acc}::init();",
-            f"  for (int j = threadIdx.x; j < {splits}; j += {block2}) acc.combine(part[j]);",
-            "  acc = sg_block_reduce(acc);",
-            "  if (threadIdx.x == 0) {",
-            *(f"    {line}" for line in post),
-            f"    out[r] = {result};",
-            "  }",
-            "}",
-        ]
+
+        def stage2(name: str) -> str:
+            return "\n".join([
+                f'extern "C" __global__ __launch_bounds__({block2}) void {name}('
+                f"{args2.signature(['const unsigned char* __restrict__ ws', f'{otype}* __restrict__ out'])}) {{",  # noqa: E501
+                f"  const {index} r = blockIdx.x;",
+                f"  const {acc}* part = reinterpret_cast<const {acc}*>(ws) + r * {splits};",
+                f"  {acc} acc = {acc}::init();",
+                f"  for (int j = threadIdx.x; j < {splits}; j += {block2}) acc.combine(part[j]);",
+                "  acc = sg_block_reduce(acc);",
+                "  if (threadIdx.x == 0) {",
+                *(f"    {line}" for line in post),
+                f"    out[r] = {result};",
+                "  }",
+                "}",
+            ])
+
         self.kernels.append("\n".join(stage1))
-        self.kernels.append("\n".join(stage2))
+        self.kernels.append(stage2(kernel))
         aligned = None
         vargs = _Args(ir, vector=True)
         vpre, vvalue = load_value(vargs, {}) if wide else ([], "")
@@ -799,8 +805,8 @@ class _ReduceEmitter(_EmitterBase):
                 "  }",
                 *reduce_block,
             ]
-            self.kernels.append("\n".join(stage1_v4))  # stage 2 loads no float4: a renamed copy
-            self.kernels.append("\n".join(stage2).replace(f" void {kernel}(", f" void {kernel}_v4("))
+            self.kernels.append("\n".join(stage1_v4))
+            self.kernels.append(stage2(f"{kernel}_v4"))  # loads no float4: the same, renamed
             aligned = [_py(r) for r in vargs.vec_refs]
         return _two_stage_launch(
             g, kernel, out, args, args2, rows * splits, (rows * splits, block), (rows, block2),

@@ -99,6 +99,18 @@ def reduces_strided(ir: ProgramIR, group: Group) -> bool:
     return layout is not None and layout[2] > 1
 
 
+def convolves_depthwise(ir: ProgramIR, group: Group) -> bool:
+    """Whether a convolution group is depthwise: groups > 1, one input channel a group."""
+    if group.kind != "conv" or not group.anchor:
+        return False
+    node = ir.node(group.anchor)
+    weight = node.args.get("weight")
+    groups = int(node.args.get("groups", 1) or 1)
+    if node.op.startswith("conv_transpose") or not isinstance(weight, Ref) or groups < 2:
+        return False
+    return ir.shapes[weight][1] == 1
+
+
 def _rnn_unsupported(ir: ProgramIR, node: OpNode) -> str:
     """Why an ``lstm``/``gru`` node cannot be generated ("" when it can)."""
     x, hx, params = node.args.get("input"), node.args.get("hx"), node.args.get("params")

@@ -62,6 +62,12 @@ class KernelTuning(BaseModel):
         description="True: a generated GEMM for at most 16 rows (a warp per few output columns, "
         "the epilogue fused) in place of cuBLAS; the tuner takes it only when faster.",
     )
+    stage_window: bool | None = Field(
+        default=None,
+        description="Pooling: stage each window row's input span in shared memory, a block per "
+        "run of outputs; None: wherever the windows are wider than one element and the rows "
+        "hold a warp of outputs; False: a thread per output reading its window from memory.",
+    )
 
 
 class Tuning(BaseModel):

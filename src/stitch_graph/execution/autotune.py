@@ -44,7 +44,7 @@ from stitch_graph.codegen import (
     group_signature,
     groups_from_plan,
 )
-from stitch_graph.codegen.schedule import reduces_strided
+from stitch_graph.codegen.schedule import convolves_depthwise, reduces_strided
 from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
 from stitch_graph.execution._common import build_on
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
@@ -170,6 +170,7 @@ def autotune(
             group.kind,
             ir.node(group.anchor).op if group.anchor else None,
             strided=reduces_strided(ir, group),
+            depthwise=convolves_depthwise(ir, group),
         )
         for group in groups
     }
@@ -277,7 +278,7 @@ def autotune(
 
 _PROGRAM = "program"
 _LAUNCH_BOUND_SHARE = 0.05
-_LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "gemm", "rnn"})
+_LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "conv_depthwise", "gemm", "rnn"})
 
 
 def _after_one(metered: _Metered, spent: Callable[[], bool]) -> Callable[[], bool]:
@@ -439,7 +440,15 @@ class GpuTimer:
     run. Anything that raises is a failed program, never the end of tuning.
     """
 
-    def __init__(self, task: Task, *, tol: float = 1e-4, runs: int = 10, seed: int = 7) -> None:
+    def __init__(
+        self,
+        task: Task,
+        *,
+        tol: float = 1e-4,
+        runs: int = 10,
+        seed: int = 7,
+        max_s: float | None = 0.25,
+    ) -> None:
         import torch
 
         from stitch_graph.execution.timing import make_flush_buffer
@@ -450,6 +459,7 @@ class GpuTimer:
         self._torch = torch
         self.tol = tol
         self.runs = runs
+        self.max_s = max_s  # seconds of timed runs a variant at most (three runs at least)
         namespace: dict[str, Any] = {"__name__": f"stitch_tune_{task.digest}"}
         exec(compile(task.source, task.path or "<task>", "exec"), namespace)  # noqa: S102
         self._init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
@@ -480,13 +490,16 @@ class GpuTimer:
         from stitch_graph.execution.timing import time_cuda
 
         with self._torch.no_grad():
+            # one warm-up call: ``agrees`` has just run the program once; a slow program is
+            # timed fewer times, so that one variant cannot take a short budget whole
             stats = time_cuda(
                 lambda: fn(*self.inputs),
-                warmup=2,
+                warmup=1,
                 warmup_s=0.02,
                 runs=self.runs,
                 before_each=self._refill,
                 flush_buffer=self._flush,
+                max_s=self.max_s,
             )
         return stats["median_ms"]
 
