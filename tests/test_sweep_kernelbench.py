@@ -147,3 +147,26 @@ def test_a_problem_printed_again_later_keeps_its_latest_row(sweep, tmp_path, cap
     again = next(r for r in back if r["problem"] == ROWS[0]["problem"])
     assert again["from"] == "b.txt"
     assert again["ours_ms"] == pytest.approx(faster["ours_ms"], rel=1e-3)
+
+
+def test_a_row_says_why_an_emitter_fault_left_an_item_to_pytorch(sweep, tmp_path, monkeypatch):
+    from stitch_graph.codegen.emit import _Emitter
+
+    problem = tmp_path / "1_pool.py"
+    problem.write_text(
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return F.max_pool2d(x, 2)\n\n"
+        "def get_inputs():\n    return [torch.randn(2, 3, 8, 8)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    _task, _cand, info = sweep._generate(problem, tune=False)
+    assert info["declared"] == [] and "left_to_pytorch" not in info
+
+    def broken(self, *args):
+        raise AttributeError("no such emitter")
+
+    monkeypatch.setattr(_Emitter, "pool", broken)
+    _task, _cand, info = sweep._generate(problem, tune=False)
+    assert "max_pool2d" in info["declared"]
+    assert info["left_to_pytorch"] == ["k0 left to PyTorch: AttributeError: no such emitter"]

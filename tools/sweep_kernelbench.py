@@ -100,6 +100,10 @@ def _generate(path: Path, tune: bool, tune_budget: float = 30.0) -> tuple[Any, A
         except Exception as error:  # noqa: BLE001 - the untuned program is measured instead
             info["tune_error"] = f"{type(error).__name__}: {error}"[:200]
     info["declared"] = list(candidate.declared_torch_ops)
+    # why an item the plan generates was left to PyTorch after all (an emitter fault)
+    left = [n.strip() for n in candidate.notes.split(";") if " left to PyTorch: " in n]
+    if left:
+        info["left_to_pytorch"] = left
     return task, candidate, info
 
 

@@ -38,6 +38,23 @@ static inline float __int_as_float(int v) { float f; __builtin_memcpy(&f, &v, 4)
 using std::min;
 using std::max;
 static inline float rsqrtf(float v) { return 1.f / sqrtf(v); }
+// CUDA math functions the C library lacks, in double precision
+static inline float normcdff(float x) { return (float)(0.5 * erfc(-(double)x / sqrt(2.0))); }
+static inline float erfcxf(float x) { double d = x; return (float)(exp(d * d) * erfc(d)); }
+static inline double sg_erfinv(double y) {
+  if (y <= -1.0) return -INFINITY;
+  if (y >= 1.0) return INFINITY;
+  double w = -log((1.0 - y) * (1.0 + y)), x = copysign(sqrt(w), y) * 0.8;
+  for (int i = 0; i < 60; ++i) x -= (erf(x) - y) / (2.0 / sqrt(M_PI) * exp(-x * x));
+  return x;
+}
+static inline float erfinvf(float y) { return (float)sg_erfinv(y); }
+static inline float normcdfinvf(float p) { return (float)(sqrt(2.0) * sg_erfinv(2.0 * p - 1.0)); }
+static inline float cyl_bessel_i0f(float x) {
+  double t = 1.0, s = 1.0, q = 0.25 * (double)x * x;
+  for (int k = 1; k < 200; ++k) { t *= q / ((double)k * k); s += t; }
+  return (float)s;
+}
 struct float4 { float x, y, z, w; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 """

@@ -79,13 +79,19 @@ def test_staged_pooling_matches_pytorch(case: str, staged: bool, tmp_path: Path)
     from stitch_graph.codegen import KernelTuning, Tuning
 
     call, shape = STAGED[case]
-    tuning = None if staged else Tuning(default=KernelTuning(stage_window=False))
+    tuning = Tuning(default=KernelTuning(stage_window=staged))
     task, program = generate_checked(_PROBLEM.format(call=call, shape=shape), tuning)
     assert ("__shared__ float tile[" in program.kernel_source) == staged
     check_on_cpu(task, program, tmp_path, cooperative=staged)
 
 
-def test_short_rows_are_not_staged() -> None:
-    """Fewer than a warp of outputs a row would idle most of a staged block."""
-    _task, program = generate_checked(_PROBLEM.format(call="F.max_pool2d(x, 2)", shape="1, 2, 8, 62"))
+def test_short_rows_are_not_staged_and_small_inputs_not_by_default() -> None:
+    """Fewer than a warp of outputs a row would idle most of a staged block; below 2**31
+    input elements the thread-per-output kernel is the default."""
+    from stitch_graph.codegen import KernelTuning, Tuning
+
+    short = _PROBLEM.format(call="F.max_pool2d(x, 2)", shape="1, 2, 8, 62")
+    _task, program = generate_checked(short, Tuning(default=KernelTuning(stage_window=True)))
+    assert "tile[" not in program.kernel_source
+    _task, program = generate_checked(_PROBLEM.format(call="F.avg_pool2d(x, 11)", shape="1, 2, 23, 400"))  # noqa: E501
     assert "tile[" not in program.kernel_source

@@ -187,16 +187,18 @@ def get_init_inputs():
         ("F.max_pool1d(x, 8, 1, padding=4, dilation=3)", "16, 192, 65536"),
     ],
 )
-def test_staged_pooling_is_correct_and_beats_a_thread_per_output(call, shape):
+def test_both_pooling_kernels_agree_and_the_default_is_the_faster_below_2_31(call, shape):
+    """Below 2**31 input elements a thread per output is the default: it was the faster of the
+    two on these shapes (H200: 1.00 against 1.22 ms, 0.83 against 1.11 ms)."""
     from stitch_graph.codegen import KernelTuning
 
     task = load_task(POOLING.format(call=call, shape=shape), name="pool")
     ir = capture_program(task)
     plan = plan_program(ir)
     timer = GpuTimer(task, runs=20)
-    staged_ms = timer(emit_candidate(ir, plan))
-    direct = Tuning(default=KernelTuning(stage_window=False))
-    direct_ms = timer(emit_candidate(ir, plan, tuning=direct))
-    print(f"{call}: staged {staged_ms:.4f} ms, a thread per output {direct_ms:.4f} ms")
-    assert staged_ms is not None and direct_ms is not None  # both agree with the reference
-    assert staged_ms < direct_ms
+    default_ms = timer(emit_candidate(ir, plan))
+    staged = Tuning(default=KernelTuning(stage_window=True))
+    staged_ms = timer(emit_candidate(ir, plan, tuning=staged))
+    print(f"{call}: a thread per output {default_ms:.4f} ms, staged {staged_ms:.4f} ms")
+    assert default_ms is not None and staged_ms is not None  # both agree with the reference
+    assert default_ms < staged_ms

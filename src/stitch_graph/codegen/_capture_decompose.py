@@ -16,75 +16,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import (
-    _MAX_BAKED,
-    CaptureError,
-    _bake,
-    _subst,
-    _to_meta,
-)
+from stitch_graph.codegen._capture_base import _subst
+from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
+from stitch_graph.codegen._capture_compose import COMPOSE_METHODS, COMPOSE_SIGNATURES, compose
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
-from stitch_graph.codegen._capture_names import _canonical_name, _qualname
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
-from stitch_graph.codegen.ops import OpInfo, lookup, parse_signature
-
-
-class _Builder:
-    """Appends canonical nodes for a decomposed call, shapes from meta tensors."""
-
-    def __init__(self, ir: ProgramIR, ours: dict[Ref, Any], name: str) -> None:
-        self.ir, self.ours, self.name, self.count = ir, ours, name, 0
-
-    def __call__(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Ref:
-        meta_args = _to_meta(list(args), self.ours)
-        meta_kwargs = _to_meta(dict(kwargs), self.ours)
-        if isinstance(fn, str):
-            meta = getattr(meta_args[0], fn)(*meta_args[1:], **meta_kwargs)
-            call = "." + fn
-        else:
-            meta = fn(*meta_args, **meta_kwargs)
-            call = _qualname(fn)
-        self.count += 1
-        name = f"{self.name}__{self.count}"
-        info = lookup(op)
-        if info is None:
-            msg = f"decomposition uses {op}, which is not in the op registry"
-            raise CaptureError(msg)
-        bound = info.bind(list(args), dict(kwargs))
-        if info.kind == "view" and op in ("view", "permute", "expand"):
-            rest = list(args[1:])
-            bound = {"input": args[0], "shape": rest[0] if len(rest) == 1 else rest}
-        dtype = str(meta.dtype).removeprefix("torch.")
-        node = OpNode(name, op, bound, tuple(meta.shape), dtype, call, list(args), dict(kwargs))
-        self.ir.nodes.append(node)
-        ref = Ref("node", name)
-        layout = meta if info.kind == "view" else torch.empty(meta.shape, dtype=meta.dtype, device="meta")  # noqa: E501
-        self.ours[ref] = layout
-        self.ir.shapes[ref] = tuple(layout.shape)
-        self.ir.strides[ref] = tuple(layout.stride())
-        self.ir.dtypes[ref] = dtype
-        return ref
-
-    def constant(self, tensor: torch.Tensor) -> Ref:
-        """``tensor`` baked into the program as a non-persistent buffer (small ones only)."""
-        if tensor.numel() > _MAX_BAKED:
-            msg = f"a constant of {tensor.numel()} elements is too large to bake"
-            raise CaptureError(msg)
-        self.count += 1
-        return _bake(self.ir, self.ours, f"_const_{self.name}__{self.count}", tensor)
-
-
-def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:
-    if reduction == "none":
-        return elem
-    if reduction == "mean":
-        return b("mean", torch.mean, elem)
-    if reduction == "sum":
-        return b("sum", torch.sum, elem)
-    if reduction == "batchmean" and batch:
-        return b("div", torch.div, b("sum", torch.sum, elem), float(batch))
-    return None
-
+from stitch_graph.codegen._capture_names import _canonical_name
+from stitch_graph.codegen.ir import ProgramIR, Ref
+from stitch_graph.codegen.ops import OpInfo, parse_signature
 
 _DECOMPOSE_SIGNATURES = {
     "mse_loss": "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
@@ -145,10 +83,13 @@ def _decompose(
         if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
             b = _Builder(ir, ours, fx_node.name)
             return b("index", operator.getitem, weight, (idx,))
-    signature = _DECOMPOSE_SIGNATURES.get(name)
-    if signature is None or fx_node.op != "call_function":
+    signature = _DECOMPOSE_SIGNATURES.get(name) or COMPOSE_SIGNATURES.get(name)
+    if signature is None or (fx_node.op != "call_function" and name not in COMPOSE_METHODS):
         return None
     info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
+    if name == "repeat":  # x.repeat(2, 1) and x.repeat((2, 1))
+        sizes = args[1:]
+        args = [args[0], list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], list | tuple) else list(sizes)]  # noqa: E501
     a = info.bind(args, kwargs)
     refs = [v for v in _flat_values(a) if isinstance(v, Ref)]
     if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
@@ -185,7 +126,8 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return _reduce_loss(b, elem, a["reduction"], batch)
     if name in ("cross_entropy", "nll_loss"):
         x, t = a["input"], a["target"]
-        if a.get("weight") is not None or float(a.get("label_smoothing") or 0.0) != 0.0:
+        smoothing = float(a.get("label_smoothing") or 0.0)
+        if a.get("weight") is not None:
             return None
         if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
             return None
@@ -195,7 +137,14 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         index = b("unsqueeze", "unsqueeze", t, 1)
         picked = b("squeeze", "squeeze", b("gather", torch.gather, x, 1, index), 1)
         if name == "cross_entropy":
-            loss = b("sub", torch.sub, b("logsumexp", torch.logsumexp, x, 1), picked)
+            lse = b("logsumexp", torch.logsumexp, x, 1)
+            loss = b("sub", torch.sub, lse, picked)
+            if smoothing:  # the uniform target's part: -sum(log_softmax) = C * lse - sum(x)
+                classes = xs[1]
+                uniform = b("sub", torch.sub, b("mul", torch.mul, lse, float(classes)), b("sum", torch.sum, x, 1))  # noqa: E501
+                loss = b("add", torch.add, b("mul", torch.mul, loss, 1.0 - smoothing), b("mul", torch.mul, uniform, smoothing / classes))  # noqa: E501
+        elif smoothing:
+            return None
         else:
             loss = b("neg", torch.neg, picked)
         valid = b("ne", torch.ne, t, int(a["ignore_index"]))
@@ -261,7 +210,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return var, b("mean", torch.mean, x, a["dim"], bool(a["keepdim"]))
     if name in ("gru_cell", "lstm_cell"):
         return _rnn_cell(ir, b, name, a)
-    return None
+    return compose(ir, b, name, a)
 
 
 def _flat_values(a: dict[str, Any]) -> list[Any]:

@@ -24,6 +24,18 @@ __device__ __forceinline__ float sg_max(float a, float b) {
 __device__ __forceinline__ float sg_min(float a, float b) {
   return (a != a || b != b) ? a + b : fminf(a, b);
 }
+// floor division with Python's rounding, as PyTorch's div(rounding_mode='floor') computes it:
+// from fmod, so that a quotient just below an integer is not rounded up to it
+__device__ __forceinline__ float sg_floordiv(float a, float b) {
+  if (b == 0.f) return a / b;
+  const float mod = fmodf(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.f && (b < 0.f) != (mod < 0.f)) div -= 1.f;
+  if (div == 0.f) return copysignf(0.f, a / b);
+  float q = floorf(div);
+  if (div - q > 0.5f) q += 1.f;
+  return q;
+}
 
 struct SgSum {
   float s;

@@ -366,11 +366,14 @@ class _EmitterBase:
     def _indexed_pad(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
     ) -> str:
-        """The operand shifted by the leading pads, or the fill value outside it."""
+        """The operand shifted by the leading pads: outside it the fill value (``constant``),
+        or the element mirrored at the edge (``reflect``), the edge's (``replicate``) or the
+        other side's (``circular``)."""
         src: Ref = node.args["input"]
         pads = [int(v) for v in node.args["pad"]]
         rshape = self.ir.shapes[src]
         fill = node.args.get("value")
+        mode = node.args.get("mode") or "constant"
         inside: list[str] = []
         terms: list[str] = []
         padded: set[int] = set()
@@ -381,7 +384,15 @@ class _EmitterBase:
                 continue
             padded.add(d)
             c = f"({at.coord(d)} - {before})"
-            inside.append(f"{c} >= 0 && {c} < {rshape[d]}")
+            n = rshape[d]
+            if mode == "reflect":
+                c = f"({c} < 0 ? -{c} : ({c} >= {n} ? {2 * (n - 1)} - {c} : {c}))"
+            elif mode == "replicate":
+                c = f"min(max({c}, 0), {n - 1})"
+            elif mode == "circular":
+                c = f"({c} < 0 ? {c} + {n} : ({c} >= {n} ? {c} - {n} : {c}))"
+            else:
+                inside.append(f"{c} >= 0 && {c} < {n}")
             terms.append(f"{c} * {at.stride(src, d)}")
         load = f"{args.param(src)}[{' + '.join([at.base(src, padded), *terms])}]"
         if not inside:

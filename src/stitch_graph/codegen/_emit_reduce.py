@@ -24,7 +24,7 @@ from stitch_graph.codegen._emit_base import (
     _EmitterBase,
     _py,
 )
-from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
+from stitch_graph.codegen.ir import Group, Ref, numel, reduction_runs, row_layout
 from stitch_graph.codegen.schedule import reduction_dims
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -84,6 +84,24 @@ def _row_threads(units: int, rows: int) -> int:
     while threads < 1024 and threads < units and rows * threads < _GPU_THREADS:
         threads *= 2
     return min(threads, 1024)
+
+
+def _gathered_index(runs: list[tuple[int, bool]]) -> str:
+    """Input offset of element ``k`` of row ``r`` when the reduced runs are not adjacent: ``k``
+    counts over the reduced runs, ``r`` over the kept ones, each in memory order."""
+    strides = [math.prod(n for n, _ in runs[j + 1 :]) for j in range(len(runs))]
+
+    def terms(var: str, reduced: bool) -> list[str]:
+        parts = [(n, stride) for (n, red), stride in zip(runs, strides, strict=True) if red == reduced]  # noqa: E501
+        out: list[str] = []
+        for j, (n, stride) in enumerate(parts):
+            inner = math.prod(m for m, _ in parts[j + 1 :])
+            c = f"({var} / {inner})" if inner > 1 else var
+            c = f"({c} % {n})" if j > 0 else c
+            out.append(c if stride == 1 else f"{c} * {stride}")
+        return out
+
+    return " + ".join([*terms("k", True), *terms("r", False)]) or "0"
 
 
 def _one_row_loops(
@@ -235,21 +253,25 @@ class _ReduceEmitter(_EmitterBase):
         in_shape = ir.shapes[src]
         dims = reduction_dims(ir, node)
         layout = row_layout(in_shape, dims)
-        if layout is None:
-            msg = f"{node.name}: cannot reduce over dims {dims} of {in_shape}"
-            raise EmitError(msg)
-        outer, length, inner = layout
+        gathered = layout is None
+        big = numel(in_shape) >= 2**31
+        index = "long long" if big else "int"
+        if gathered:  # non-adjacent dims: row r's elements k found by index
+            runs = reduction_runs(in_shape, dims)
+            length = numel(tuple(n for n, red in runs if red))
+            outer, inner = numel(in_shape) // max(length, 1), 1
+            in_idx = _gathered_index(runs)
+        else:
+            outer, length, inner = layout
+            in_idx = (
+                f"(r / {inner}) * {length * inner} + k * {inner} + r % {inner}"
+                if inner > 1
+                else (f"r * {length} + k" if outer > 1 else "k")
+            )
         rows = outer * inner
         acc = _ACC[node.op]
         out = ir.node(g.output)
         anchor_shape = node.shape
-        big = numel(in_shape) >= 2**31
-        index = "long long" if big else "int"
-        in_idx = (
-            f"(r / {inner}) * {length * inner} + k * {inner} + r % {inner}"
-            if inner > 1
-            else (f"r * {length} + k" if rows > 1 else "k")
-        )
 
         def load_value(args: _Args, env: dict[str, str]) -> tuple[list[str], str]:
             lines = self.exprs(g.prologue, in_shape, "i", env, args)
@@ -290,11 +312,15 @@ class _ReduceEmitter(_EmitterBase):
             return lines, env[result_of or out.name]
 
         red = _Reduction(
-            g, kernel, rows, length, in_idx, inner == 1, index, acc, load_value, finish
+            g, kernel, rows, length, in_idx, inner == 1 and not gathered, index, acc,
+            load_value, finish,
         )
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
         broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
-        row_kernel = tun.rows_per_block == 0 and inner == 1 and node.op in _ROW_REDUCE
+        if gathered and broadcast:
+            msg = f"{node.name}: a reduction over non-adjacent dims does not rewrite its rows"
+            raise EmitError(msg)
+        row_kernel = red.contiguous and tun.rows_per_block == 0 and node.op in _ROW_REDUCE
         if broadcast and row_kernel:
             return self._row_reduction(red, tun, broadcast=self._broadcast_parts(g))
         split = tun.split_reduction

@@ -20,8 +20,9 @@ one concern each: ``_capture_base`` (``CaptureError`` and helpers for traced val
 propagation), ``_capture_lower`` (the walk over the traced graph that builds the IR's nodes),
 ``_capture_names`` (canonical op names, their variants and host-code spellings),
 ``_capture_aliases`` (in-place writes, aliases and views), ``_capture_decompose`` (composite calls
-as registry ops) and ``_capture_passes`` (passes over the finished IR: dead nodes, contiguous
-copies).
+as registry ops) and ``_capture_compose`` (calls that are compositions of registry ops), both
+writing through ``_capture_builder``, and ``_capture_passes`` (passes over the finished IR: dead
+nodes, contiguous copies).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ __all__ = [
     "contiguous_strides",
     "matrix_layout",
     "numel",
+    "reduction_runs",
     "row_layout",
 ]
 
@@ -219,6 +220,23 @@ def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[boo
             return None
         expected = s * d
     return transposed, ld, batch_stride
+
+
+def reduction_runs(shape: tuple[int, ...], dims: list[int]) -> list[tuple[int, bool]]:
+    """``shape`` as runs of adjacent dims, each ``(elements, reduced)``, neighbours of the same
+    kind merged: ``(N, C, H, W)`` over ``(0, 2, 3)`` is ``[(N, True), (C, False), (H*W, True)]``.
+    """
+    nd = len(shape)
+    reduced = {d % nd for d in dims} if dims else set(range(nd))
+    runs: list[tuple[int, bool]] = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue  # a dim of one is in no run: it changes no index
+        if runs and runs[-1][1] == (d in reduced):
+            runs[-1] = (runs[-1][0] * size, runs[-1][1])
+        else:
+            runs.append((size, d in reduced))
+    return runs
 
 
 def row_layout(shape: tuple[int, ...], dims: list[int]) -> tuple[int, int, int] | None:

@@ -156,7 +156,7 @@ _op("relu", POINTWISE, "input, inplace=False", "sg_max({input}, 0.f)")
 _op("relu6", POINTWISE, "input, inplace=False", "sg_min(sg_max({input}, 0.f), 6.f)", flops=2)
 _op("gelu", POINTWISE, "input, approximate='none'", "(0.5f * {input} * (1.f + erff({input} * 0.70710678118654752f)))", flops=8)  # noqa: E501
 _op("gelu_tanh", POINTWISE, "input, approximate='tanh'", "(0.5f * {input} * (1.f + tanhf(0.79788456080286536f * ({input} + 0.044715f * {input} * {input} * {input}))))", flops=12)  # noqa: E501
-_op("sigmoid", POINTWISE, "input", "(1.f / (1.f + expf(-{input})))", flops=4)
+_op("sigmoid", POINTWISE, "input", "(1.f / (1.f + expf(-{input})))", flops=4, aliases=("special_expit", "expit"))  # noqa: E501
 _op("silu", POINTWISE, "input, inplace=False", "({input} / (1.f + expf(-{input})))", flops=4)
 _op("tanh", POINTWISE, "input", "tanhf({input})", flops=4)
 _op("exp", POINTWISE, "input", "expf({input})", flops=2)
@@ -204,11 +204,39 @@ _op("selu", POINTWISE, "input, inplace=False", "(1.0507009873554805f * ({input} 
 _op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "sg_max({input}, 0.f) + sg_min(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
 _op("mish", POINTWISE, "input, inplace=False", "({input} * tanhf({input} > 20.f ? {input} : log1pf(expf({input}))))", flops=8)  # noqa: E501
 _op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
-_op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5)  # noqa: E501
+_op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5, aliases=("log_sigmoid",))  # noqa: E501
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
 _op("softshrink", POINTWISE, "input, lambd=0.5", "({input} > {lambd} ? {input} - {lambd} : ({input} < -{lambd} ? {input} + {lambd} : 0.f))", flops=3)  # noqa: E501
 _op("hardshrink", POINTWISE, "input, lambd=0.5", "(fabsf({input}) > {lambd} ? {input} : 0.f)", flops=2)  # noqa: E501
 _op("frac", POINTWISE, "input", "({input} - truncf({input}))", flops=2)
+_op("tan", POINTWISE, "input", "tanf({input})", flops=4)
+_op("asin", POINTWISE, "input", "asinf({input})", flops=4, aliases=("arcsin",))
+_op("acos", POINTWISE, "input", "acosf({input})", flops=4, aliases=("arccos",))
+_op("atan", POINTWISE, "input", "atanf({input})", flops=4, aliases=("arctan",))
+_op("sinh", POINTWISE, "input", "sinhf({input})", flops=4)
+_op("cosh", POINTWISE, "input", "coshf({input})", flops=4)
+_op("asinh", POINTWISE, "input", "asinhf({input})", flops=4, aliases=("arcsinh",))
+_op("acosh", POINTWISE, "input", "acoshf({input})", flops=4, aliases=("arccosh",))
+_op("atanh", POINTWISE, "input", "atanhf({input})", flops=4, aliases=("arctanh",))
+_op("erfc", POINTWISE, "input", "erfcf({input})", flops=4, aliases=("special_erfc",))
+_op("erfinv", POINTWISE, "input", "erfinvf({input})", flops=6, aliases=("special_erfinv",))
+_op("erfcx", POINTWISE, "input", "erfcxf({input})", flops=6, aliases=("special_erfcx",))
+_op("lgamma", POINTWISE, "input", "lgammaf({input})", flops=8, aliases=("special_gammaln",))
+_op("i0", POINTWISE, "input", "cyl_bessel_i0f({input})", flops=8, aliases=("special_i0",))
+_op("ndtr", POINTWISE, "input", "normcdff({input})", flops=4, aliases=("special_ndtr",))
+_op("ndtri", POINTWISE, "input", "normcdfinvf({input})", flops=6, aliases=("special_ndtri",))
+# log of the normal CDF: through erfcx below -1, where the CDF itself underflows
+_op("log_ndtr", POINTWISE, "input", "({input} < -1.f ? logf(erfcxf(-{input} * 0.70710678118654752f) * 0.5f) - 0.5f * {input} * {input} : log1pf(-0.5f * erfcf({input} * 0.70710678118654752f)))", flops=8, aliases=("special_log_ndtr",))  # noqa: E501
+_op("sinc", POINTWISE, "input", "({input} == 0.f ? 1.f : sinf(3.14159265358979323846f * {input}) / (3.14159265358979323846f * {input}))", flops=5, aliases=("special_sinc",))  # noqa: E501
+_op("entr", POINTWISE, "input", "({input} != {input} ? {input} : ({input} > 0.f ? -{input} * logf({input}) : ({input} == 0.f ? 0.f : -SG_INF)))", flops=3, aliases=("special_entr",))  # noqa: E501
+_op("nan_to_num", POINTWISE, "input, nan=0.0, posinf=3.4028234663852886e+38, neginf=-3.4028234663852886e+38", "({input} != {input} ? {nan} : ({input} == SG_INF ? {posinf} : ({input} == -SG_INF ? {neginf} : {input})))", flops=3)  # noqa: E501
+_op("isnan", POINTWISE, "input", "({input} != {input})")
+_op("isinf", POINTWISE, "input", "(fabsf({input}) == SG_INF)")
+_op("isposinf", POINTWISE, "input", "({input} == SG_INF)")
+_op("isneginf", POINTWISE, "input", "({input} == -SG_INF)")
+_op("isfinite", POINTWISE, "input", "(fabsf({input}) < SG_INF)")
+_op("signbit", POINTWISE, "input", "(signbit({input}) != 0)")
+_op("long", POINTWISE, "input", "(long long)({input})", flops=0, note="float to int64 truncates toward zero, as .long()")  # noqa: E501
 _op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
 _op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
 _op("zeros_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0)  # noqa: E501
@@ -221,14 +249,25 @@ _op("sub", POINTWISE, "input, other, alpha=1", "({input} - {alpha} * {other})", 
 _op("rsub", POINTWISE, "input, other, alpha=1", "({other} - {alpha} * {input})")
 _op("mul", POINTWISE, "input, other", "({input} * {other})", aliases=("multiply",))
 _op("div", POINTWISE, "input, other, rounding_mode=None", "({input} / {other})", aliases=("true_divide", "divide", "truediv"))  # noqa: E501
-_op("div_floor", POINTWISE, "input, other, rounding_mode='floor'", "floorf({input} / {other})", aliases=("floordiv",))  # noqa: E501
+_op("div_floor", POINTWISE, "input, other, rounding_mode='floor'", "sg_floordiv({input}, {other})", flops=6, aliases=("floordiv", "floor_divide"))  # noqa: E501
 _op("remainder", POINTWISE, "input, other", "({input} - floorf({input} / {other}) * {other})", flops=3, aliases=("mod",))  # noqa: E501
 _op("fmod", POINTWISE, "input, other", "fmodf({input}, {other})", flops=3)
 _op("maximum", POINTWISE, "input, other", "sg_max({input}, {other})")
 _op("minimum", POINTWISE, "input, other", "sg_min({input}, {other})")
 _op("fmax", POINTWISE, "input, other", "fmaxf({input}, {other})", note="ignores NaN, as torch.fmax")
 _op("fmin", POINTWISE, "input, other", "fminf({input}, {other})", note="ignores NaN, as torch.fmin")
-_op("atan2", POINTWISE, "input, other", "atan2f({input}, {other})", flops=8)
+_op("atan2", POINTWISE, "input, other", "atan2f({input}, {other})", flops=8, aliases=("arctan2",))
+_op("hypot", POINTWISE, "input, other", "hypotf({input}, {other})", flops=4)
+_op("copysign", POINTWISE, "input, other", "copysignf({input}, {other})")
+_op("nextafter", POINTWISE, "input, other", "nextafterf({input}, {other})")
+_op("logaddexp", POINTWISE, "input, other", "(({input} == {other} && fabsf({input}) == SG_INF) ? {input} : sg_max({input}, {other}) + log1pf(expf(-fabsf({input} - {other}))))", flops=6)  # noqa: E501
+_op("xlogy", POINTWISE, "input, other", "({other} != {other} ? {other} : ({input} == 0.f ? 0.f : {input} * logf({other})))", flops=3, aliases=("special_xlogy",))  # noqa: E501
+_op("xlog1py", POINTWISE, "input, other", "({other} != {other} ? {other} : ({input} == 0.f ? 0.f : {input} * log1pf({other})))", flops=3, aliases=("special_xlog1py",))  # noqa: E501
+_op("heaviside", POINTWISE, "input, values", "({input} == 0.f ? {values} : (float)({input} > 0.f))")  # noqa: E501
+_op("logical_and", POINTWISE, "input, other", "((bool)({input}) && (bool)({other}))")
+_op("logical_or", POINTWISE, "input, other", "((bool)({input}) || (bool)({other}))")
+_op("logical_xor", POINTWISE, "input, other", "((bool)({input}) != (bool)({other}))")
+_op("isclose", POINTWISE, "input, other, rtol=1e-05, atol=1e-08, equal_nan=False", "({input} == {other} || fabsf({input} - {other}) <= {atol} + {rtol} * fabsf({other}) || ({equal_nan} && {input} != {input} && {other} != {other}))", flops=4)  # noqa: E501
 _op("gt", POINTWISE, "input, other", "({input} > {other})", aliases=("greater",))
 _op("lt", POINTWISE, "input, other", "({input} < {other})", aliases=("less",))
 _op("ge", POINTWISE, "input, other", "({input} >= {other})", aliases=("greater_equal",))
@@ -259,7 +298,7 @@ _op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="
 _op("index", POINTWISE, "input, indices", flops=0, note="x[..., i, ...] with one integer tensor index (indices clamped into range)")  # noqa: E501
 _op("index_select", POINTWISE, "input, dim, index", flops=0)
 _op("roll", POINTWISE, "input, shifts, dims=None", flops=0)
-_op("pad", POINTWISE, "input, pad, mode='constant', value=None", flops=0, note="constant padding only")  # noqa: E501
+_op("pad", POINTWISE, "input, pad, mode='constant', value=None", flops=0, note="constant, reflect, replicate or circular")  # noqa: E501
 _op("triu", POINTWISE, "input, diagonal=0", flops=1)
 _op("tril", POINTWISE, "input, diagonal=0", flops=1)
 # ---- reductions over one dim, a range of dims or everything ----------------------------------

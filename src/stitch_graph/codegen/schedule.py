@@ -133,6 +133,13 @@ def _rnn_unsupported(ir: ProgramIR, node: OpNode) -> str:
     return ""
 
 
+# reductions that also take non-adjacent dims (a hand-written batch norm's mean over N, H, W):
+# each row's elements are gathered by index
+_GATHERED_REDUCE = frozenset(
+    {"sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "norm"}
+)
+
+
 def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     src = node.args.get("input")
     if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32":
@@ -154,7 +161,7 @@ def _row_ok(ir: ProgramIR, node: OpNode) -> str:
         dims = reduction_dims(ir, node)
         if node.op in ("argmax", "argmin") and not dims:
             return ""
-    if row_layout(shape, dims) is None:
+    if row_layout(shape, dims) is None and node.op not in _GATHERED_REDUCE:
         return "reduces non-adjacent dims"
     return ""
 
@@ -236,12 +243,18 @@ def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
             and all(isinstance(v, int) for v in pads)
             and len(pads) % 2 == 0
             and len(pads) // 2 <= nd
-            and node.args.get("mode", "constant") == "constant"
             and isinstance(src, Ref)
             and len(ir.shapes[src]) == nd
             and isinstance(node.args.get("value") or 0.0, int | float)
         )
-        return ("pointwise", "") if ok else ("unsupported", "unsupported: pad (constant mode only)")
+        mode = node.args.get("mode") or "constant"
+        if ok and mode != "constant":  # PyTorch's own limits: pads at least 0, within the input
+            sizes = list(ir.shapes[src])[::-1]
+            ok = mode in ("reflect", "replicate", "circular") and all(
+                0 <= v and (mode == "replicate" or v < sizes[i // 2] + (mode == "circular"))
+                for i, v in enumerate(pads)
+            )
+        return ("pointwise", "") if ok else ("unsupported", f"unsupported: pad ({mode} mode)")
     if node.op == "index":
         return _index_ok(ir, node)
     if node.op == "roll":
@@ -352,6 +365,8 @@ def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
     if not isinstance(src, Ref) or node.dtype != "float32":
         return False
     in_shape = ir.shapes[src]
+    if row_layout(in_shape, reduction_dims(ir, anchor)) is None:
+        return False  # rows gathered from non-adjacent dims are not rewritten in place
     dims = {d % len(in_shape) for d in reduction_dims(ir, anchor)} if in_shape else set()
     out_shape = ir.shapes[Ref("node", group.output)]
     keepdim = len(out_shape) == len(in_shape) and all(
@@ -741,7 +756,17 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
         if anchor is None:
             groups.append(Group(item.id, "pointwise", None, [], members, members[-1]))
             continue
-        before = {m for m in members if order[m] < order[anchor]}
+        # the prologue is what the anchor reads through members; a member computed earlier
+        # that only the epilogue uses (cross entropy's smoothing term from the row's lse) is
+        # epilogue too
+        inside = set(members)
+        before: set[str] = set()
+        todo = [anchor]
+        while todo:
+            for ref in ir.node(todo.pop()).tensor_refs():
+                if ref.kind == "node" and ref.name in inside and ref.name not in before:
+                    before.add(ref.name)
+                    todo.append(ref.name)
         groups.append(
             Group(
                 item.id,

@@ -64,9 +64,10 @@ class KernelTuning(BaseModel):
     )
     stage_window: bool | None = Field(
         default=None,
-        description="Pooling: stage each window row's input span in shared memory, a block per "
-        "run of outputs; None: wherever the windows are wider than one element and the rows "
-        "hold a warp of outputs; False: a thread per output reading its window from memory.",
+        description="Pooling: True stages each window row's input span in shared memory, a "
+        "block per run of outputs (windows wider than one element, rows of a warp of outputs "
+        "or more); False: a thread per output reading its window from memory; None: staged "
+        "over inputs of 2**31 elements or more.",
     )
 
 

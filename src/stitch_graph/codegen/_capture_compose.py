@@ -1,0 +1,290 @@
+"""Calls that are compositions of registry ops: reductions by other names (``any``,
+``nanmean``, p-norms, ``aminmax``), products (``baddbmm``, ``outer``, ``cross``), copies and
+rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``), a few functions
+(``logit``, ``softmin``) and losses (hinge and cosine embedding, margin ranking, Poisson NLL).
+
+Found missing by a probe of common ``torch`` and ``torch.nn.functional`` calls. As in
+``_capture_decompose``, each applies only where it reproduces the call; otherwise ``None`` and the
+call stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
+from stitch_graph.codegen.ir import ProgramIR, Ref
+
+COMPOSE_SIGNATURES = {
+    "hinge_embedding_loss": "input, target, margin=1.0, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "margin_ranking_loss": "input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "poisson_nll_loss": "input, target, log_input=True, full=False, size_average=None, eps=1e-08, reduce=None, reduction='mean'",  # noqa: E501
+    "cosine_embedding_loss": "input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "linalg_norm": "input, ord=None, dim=None, keepdim=False, dtype=None",
+    "take_along_dim": "input, indices, dim=None",
+    "channel_shuffle": "input, groups",
+    "trapezoid": "input, dx=None, dim=-1",
+    "rot90": "input, k=1, dims=None",
+    "one_hot": "input, num_classes=-1",
+    "cross": "input, other, dim=None",
+    "logit": "input, eps=None",
+    "softmin": "input, dim=None, _stacklevel=3, dtype=None",
+    "any": "input, dim=None, keepdim=False",
+    "all": "input, dim=None, keepdim=False",
+    "count_nonzero": "input, dim=None",
+    "nanmean": "input, dim=None, keepdim=False, dtype=None",
+    "std_mean": "input, dim=None, unbiased=None, keepdim=False, correction=None",
+    "aminmax": "input, dim=None, keepdim=False",
+    "norm": "input, p='fro', dim=None, keepdim=False, dtype=None",
+    "linalg_vector_norm": "input, ord=2, dim=None, keepdim=False, dtype=None",
+    "baddbmm": "input, batch1, batch2, beta=1, alpha=1",
+    "outer": "input, vec2",
+    "diff": "input, n=1, dim=-1, prepend=None, append=None",
+    "repeat": "input, sizes",
+    "tile": "input, dims",
+    "repeat_interleave": "input, repeats=None, dim=None, output_size=None",
+}
+# calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
+COMPOSE_METHODS = frozenset({
+    "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
+    "diff", "repeat", "tile", "repeat_interleave", "take_along_dim", "rot90", "cross",
+})
+
+
+def _pair_loss(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """Losses of two inputs and a ``target`` of signs, as PyTorch writes them out."""
+    x1, x2, t = a["input1"], a["input2"], a["target"]
+    if not all(isinstance(v, Ref) and ir.dtypes[v] == "float32" for v in (x1, x2, t)):
+        return None
+    margin = float(a["margin"])
+    if name == "margin_ranking_loss":
+        gap = b("mul", torch.mul, b("neg", torch.neg, t), b("sub", torch.sub, x1, x2))
+        return _reduce_loss(b, b("clamp_min", torch.clamp_min, b("add", torch.add, gap, margin), 0.0), a["reduction"])  # noqa: E501
+    if len(ir.shapes[x1]) != 2 or ir.shapes[x1] != ir.shapes[x2]:
+        return None
+    # cosine_embedding_loss: 1 - cos where the target is 1, max(0, cos - margin) where it is -1
+    dot = b("sum", torch.sum, b("mul", torch.mul, x1, x2), 1)
+    n1 = b("add", torch.add, b("sum", torch.sum, b("mul", torch.mul, x1, x1), 1), 1e-12)
+    n2 = b("add", torch.add, b("sum", torch.sum, b("mul", torch.mul, x2, x2), 1), 1e-12)
+    cos = b("div", torch.div, dot, b("sqrt", torch.sqrt, b("mul", torch.mul, n1, n2)))
+    pos = b("where", torch.where, b("eq", torch.eq, t, 1.0), b("rsub", torch.rsub, cos, 1.0), 0.0)
+    neg = b("clamp_min", torch.clamp_min, b("sub", torch.sub, cos, margin), 0.0)
+    neg = b("where", torch.where, b("eq", torch.eq, t, -1.0), neg, 0.0)
+    return _reduce_loss(b, b("add", torch.add, pos, neg), a["reduction"])
+
+
+def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
+    """Reductions, products, copies and losses that are compositions of registry ops."""
+    if name in ("margin_ranking_loss", "cosine_embedding_loss"):
+        return _pair_loss(ir, b, name, a)
+    x = a["input"]
+    if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
+        classes = int(a["num_classes"])
+        if classes < 1:
+            return None  # the count would come from the data
+        ids = b.constant(torch.arange(classes))
+        hit = b("eq", torch.eq, b("unsqueeze", torch.unsqueeze, x, -1), ids)
+        return b("long", "long", hit)
+    if not isinstance(x, Ref) or ir.dtypes[x] not in ("float32", "bool"):
+        return None
+    floating = ir.dtypes[x] == "float32"
+    if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "rot90", "cross"):
+        return _rearranged(ir, b, name, a) if floating else None
+    if name == "logit" and floating:
+        z = x if a["eps"] is None else b(
+            "clamp", torch.clamp, x, float(a["eps"]), 1.0 - float(a["eps"])
+        )
+        return b("log", torch.log, b("div", torch.div, z, b("rsub", torch.rsub, z, 1.0)))
+    if name == "softmin" and floating and a["dim"] is not None and a["dtype"] is None:
+        return b("softmax", torch.softmax, b("neg", torch.neg, x), int(a["dim"]))
+    if name in ("any", "all", "count_nonzero"):
+        nonzero = b("ne", torch.ne, x, 0) if floating else x
+        flags = b("float", "float", nonzero)
+        if name == "count_nonzero":
+            total = b("sum", torch.sum, flags) if a["dim"] is None else b(
+                "sum", torch.sum, flags, a["dim"]
+            )
+            return b("long", "long", total)
+        op, fn = ("amax", torch.amax) if name == "any" else ("amin", torch.amin)
+        folded = b(op, fn, flags) if a["dim"] is None else b(
+            op, fn, flags, a["dim"], bool(a["keepdim"])
+        )
+        return b("ne", torch.ne, folded, 0.0)
+    if not floating:
+        return None
+    if name in ("hinge_embedding_loss", "poisson_nll_loss"):
+        t = a["target"]
+        if not isinstance(t, Ref) or ir.dtypes[t] != "float32" or ir.shapes[t] != ir.shapes[x]:
+            return None
+        if name == "hinge_embedding_loss":
+            margin = float(a["margin"])
+            beyond = b("clamp_min", torch.clamp_min, b("rsub", torch.rsub, x, margin), 0.0)
+            elem = b("add", torch.add,
+                     b("where", torch.where, b("ne", torch.ne, t, 1.0), beyond, 0.0),
+                     b("where", torch.where, b("ne", torch.ne, t, -1.0), x, 0.0))
+        elif a["full"]:
+            return None
+        elif a["log_input"]:
+            elem = b("sub", torch.sub, b("exp", torch.exp, x), b("mul", torch.mul, t, x))
+        else:
+            logs = b("log", torch.log, b("add", torch.add, x, float(a["eps"])))
+            elem = b("sub", torch.sub, x, b("mul", torch.mul, t, logs))
+        return _reduce_loss(b, elem, a["reduction"])
+    if name == "nanmean" and a["dtype"] is None:
+        missing = b("isnan", torch.isnan, x)
+        kept = b("where", torch.where, missing, 0.0, x)
+        dim, keep = a["dim"], bool(a["keepdim"])
+        counted = b("float", "float", b("logical_not", torch.logical_not, missing))
+        if dim is None:
+            return b("div", torch.div, b("sum", torch.sum, kept), b("sum", torch.sum, counted))
+        total = b("sum", torch.sum, kept, dim, keep)
+        return b("div", torch.div, total, b("sum", torch.sum, counted, dim, keep))
+    if name == "std_mean":
+        how = {k: a[k] for k in ("unbiased", "correction") if a[k] is not None}
+        std = b("std", torch.std, x, a["dim"], keepdim=bool(a["keepdim"]), **how)
+        return std, b("mean", torch.mean, x, a["dim"], bool(a["keepdim"]))
+    if name == "aminmax":
+        dim, keep = a["dim"], bool(a["keepdim"])
+        if dim is None:
+            return b("amin", torch.amin, x), b("amax", torch.amax, x)
+        return b("amin", torch.amin, x, dim, keep), b("amax", torch.amax, x, dim, keep)
+    if name in ("norm", "linalg_vector_norm"):
+        order = a["p"] if name == "norm" else a["ord"]
+        return None if a["dtype"] is not None else _vector_norm(b, x, order, a["dim"], bool(a["keepdim"]))  # noqa: E501
+    if name == "baddbmm":
+        b1, b2 = a["batch1"], a["batch2"]
+        product = b("matmul", torch.bmm, b1, b2)
+        beta, alpha = float(a["beta"]), float(a["alpha"])
+        if alpha != 1.0:
+            product = b("mul", torch.mul, product, alpha)
+        if beta == 0.0:  # the input is ignored, NaN included
+            return product
+        base = x if beta == 1.0 else b("mul", torch.mul, x, beta)
+        return b("add", torch.add, base, product)
+    if name == "outer":
+        y = a["vec2"]
+        if len(ir.shapes[x]) != 1 or not isinstance(y, Ref) or len(ir.shapes[y]) != 1:
+            return None
+        rows = b("unsqueeze", torch.unsqueeze, x, 1)
+        return b("mul", torch.mul, rows, b("unsqueeze", torch.unsqueeze, y, 0))
+    if name == "diff":
+        if int(a["n"]) != 1 or a["prepend"] is not None or a["append"] is not None:
+            return None
+        dim = int(a["dim"]) % len(ir.shapes[x])
+        length = ir.shapes[x][dim]
+        after = b("narrow", torch.narrow, x, dim, 1, length - 1)
+        return b("sub", torch.sub, after, b("narrow", torch.narrow, x, dim, 0, length - 1))
+    if name in ("repeat", "tile"):
+        reps = [int(r) for r in (a["sizes"] if name == "repeat" else a["dims"])]
+        return _repeat(ir, b, x, reps, tile=name == "tile")
+    if name == "repeat_interleave":
+        reps, dim = a["repeats"], a["dim"]
+        if not isinstance(reps, int) or dim is None or a["output_size"] is not None:
+            return None
+        shape = list(ir.shapes[x])
+        dim = int(dim) % len(shape)
+        wide = b("unsqueeze", torch.unsqueeze, x, dim + 1)
+        spread = b("expand", "expand", wide, *shape[: dim + 1], reps, *shape[dim + 1 :])
+        dense = b("copy", "contiguous", spread)
+        merged = [*shape[:dim], shape[dim] * reps, *shape[dim + 1 :]]
+        return b("view", "view", dense, *merged)
+    return None
+
+
+def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """Norms by ``torch.linalg``, gathers, shuffles, rotations and products of 3-vectors."""
+    x = a["input"]
+    shape = list(ir.shapes[x])
+    if name == "linalg_norm":
+        dim, keep = a["dim"], bool(a["keepdim"])
+        if a["dtype"] is not None or (isinstance(dim, list | tuple) and len(dim) != 1):
+            return None
+        if a["ord"] is None:
+            return b("norm", torch.norm, x) if dim is None else b("norm", torch.norm, x, 2, dim, keep)  # noqa: E501
+        return None if dim is None else _vector_norm(b, x, a["ord"], dim, keep)
+    if name == "take_along_dim":
+        idx, dim = a["indices"], a["dim"]
+        if dim is None or not isinstance(idx, Ref) or len(ir.shapes[idx]) != len(shape):
+            return None
+        d = int(dim) % len(shape)
+        if any(n != m for j, (n, m) in enumerate(zip(ir.shapes[idx], shape, strict=True)) if j != d):
+            return None  # broadcast indices: not a plain gather
+        return b("gather", torch.gather, x, d, idx)
+    if name == "channel_shuffle":
+        groups = int(a["groups"])
+        if len(shape) < 3 or shape[1] % groups:
+            return None
+        split = b("view", "view", x, shape[0], groups, shape[1] // groups, *shape[2:])
+        dense = b("copy", "contiguous", b("transpose", torch.transpose, split, 1, 2))
+        return b("view", "view", dense, *shape)
+    if name == "trapezoid":  # PyTorch's own formula: dx * (sum - (first + last) / 2)
+        if not isinstance(a["dx"], int | float | None):
+            return None
+        d = int(a["dim"]) % len(shape)
+        ends = b("add", torch.add, b("select", torch.select, x, d, 0), b("select", torch.select, x, d, -1))  # noqa: E501
+        total = b("sub", torch.sub, b("sum", torch.sum, x, d), b("mul", torch.mul, ends, 0.5))
+        return total if a["dx"] is None else b("mul", torch.mul, total, float(a["dx"]))
+    if name == "rot90":
+        k, (d0, d1) = int(a["k"]) % 4, [int(v) % len(shape) for v in a["dims"] or (0, 1)]
+        if k == 0:
+            return b("copy", "contiguous", x)
+        if k == 2:
+            return b("flip", torch.flip, x, [d0, d1])
+        flipped = b("flip", torch.flip, x, [d1 if k == 1 else d0])
+        return b("copy", "contiguous", b("transpose", torch.transpose, flipped, d0, d1))
+    # cross: the product of 3-vectors along dim, one component at a time
+    y, dim = a["other"], a["dim"]
+    if dim is None or not isinstance(y, Ref) or ir.shapes[y] != ir.shapes[x]:
+        return None
+    d = int(dim) % len(shape)
+    if shape[d] != 3:
+        return None
+
+    def part(v: Ref, i: int) -> Ref:
+        return b("narrow", torch.narrow, v, d, i, 1)
+
+    parts = [
+        b("sub", torch.sub, b("mul", torch.mul, part(x, i), part(y, j)), b("mul", torch.mul, part(x, j), part(y, i)))  # noqa: E501
+        for i, j in ((1, 2), (2, 0), (0, 1))
+    ]
+    return b("cat", torch.cat, parts, d)
+
+
+def _vector_norm(b: _Builder, x: Ref, order: Any, dim: Any, keepdim: bool) -> Ref | None:
+    """The p-norm over ``dim`` for orders other than 2 (which stays one ``norm`` reduction)."""
+    if order in ("fro", 2, 2.0) or isinstance(order, str):
+        return None
+    p = float(order)
+
+    def fold(op: str, fn: Any, value: Ref) -> Ref:
+        return b(op, fn, value) if dim is None else b(op, fn, value, dim, keepdim)
+
+    if p == 0.0:
+        return fold("sum", torch.sum, b("float", "float", b("ne", torch.ne, x, 0)))
+    abs_x = b("abs", torch.abs, x)
+    if p == math.inf:
+        return fold("amax", torch.amax, abs_x)
+    if p == -math.inf:
+        return fold("amin", torch.amin, abs_x)
+    if p == 1.0:
+        return fold("sum", torch.sum, abs_x)
+    powered = fold("sum", torch.sum, b("pow", torch.pow, abs_x, p))
+    return b("pow", torch.pow, powered, 1.0 / p)
+
+
+def _repeat(ir: ProgramIR, b: _Builder, x: Ref, reps: list[int], *, tile: bool) -> Ref | None:
+    """``repeat`` / ``tile``: each dim's copies side by side, as one expand of an interleaved
+    view made contiguous, then merged back (``tile`` pads its repeats with leading ones)."""
+    shape = list(ir.shapes[x])
+    if tile and len(reps) < len(shape):
+        reps = [1] * (len(shape) - len(reps)) + reps
+    if len(reps) < len(shape):
+        return None
+    shape = [1] * (len(reps) - len(shape)) + shape
+    pairs = [n for s_ in shape for n in (1, s_)]
+    spread = b("expand", "expand", b("view", "view", x, *pairs), *[n for r, s_ in zip(reps, shape, strict=True) for n in (r, s_)])  # noqa: E501
+    dense = b("copy", "contiguous", spread)
+    return b("view", "view", dense, *[r * s_ for r, s_ in zip(reps, shape, strict=True)])

@@ -1,0 +1,114 @@
+"""Ops found missing by a probe of common ``torch`` and ``torch.nn.functional`` calls: pointwise
+functions (inverse trigonometric and hyperbolic, special functions, NaN and infinity tests,
+logical and comparison ops, floor division) and calls decomposed into registry ops (``logit``,
+``softmin``, ``any``/``all``/``count_nonzero``, ``nanmean``, ``std_mean``, ``aminmax``, p-norms,
+``baddbmm``, ``outer``, ``diff``, ``repeat``/``tile``/``repeat_interleave``), padding in
+``reflect``, ``replicate`` and ``circular`` modes, and the losses ``hinge_embedding``,
+``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
+``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
+non-adjacent dims (a hand-written batch norm's statistics over N, H and W). Each must be fully
+generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return {expr}
+
+
+def get_inputs():
+    x = torch.randn(3, 5, 6, 8)
+    y = torch.randn(3, 5, 6, 8)
+    x[0, 0, 0, :3] = torch.tensor([float("inf"), -float("inf"), 0.0])
+    y[0, 0, 0, 3] = 0.0
+    return [x, y]
+
+
+def get_init_inputs():
+    return []
+"""
+
+EXPRS = [
+    "torch.tan(y * 0.3) + torch.atan(y) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(y * 2))",
+    "torch.sinh(y) + torch.cosh(y) + torch.asinh(y) + torch.acosh(y.abs() + 1) + torch.atanh(torch.tanh(y) * 0.9)",  # noqa: E501
+    "torch.erfc(y) + torch.erfinv(torch.tanh(y) * 0.9) + torch.special.erfcx(y.abs())",
+    "torch.lgamma(y.abs() + 0.5) + torch.special.i0(y) + torch.special.ndtr(y)",
+    "torch.special.ndtri(torch.sigmoid(y)) + torch.special.log_ndtr(y * 4)",
+    "torch.sinc(y) + torch.special.entr(y) + torch.special.expit(y) + F.logsigmoid(y)",
+    "torch.nan_to_num(x - x) + torch.nan_to_num((x - x) * y, nan=1.0) + torch.nan_to_num(x, posinf=2.0, neginf=-2.0)",  # noqa: E501
+    "(torch.isnan(x - x) | torch.isinf(x)).float() + torch.isfinite(x).float() + torch.signbit(y).float()",  # noqa: E501
+    "torch.hypot(x, y) + torch.copysign(y, x) + torch.nextafter(y, x)",
+    "torch.logaddexp(x, y)",  # summed, two infinities of opposite signs would make a NaN
+    "torch.xlogy(y, x.abs())",
+    "torch.special.xlog1py(y, x.abs())",
+    "torch.heaviside(y, x) + torch.floor_divide(y * 7, 0.7) + torch.atan2(y, x)",
+    "torch.logical_xor(x > 0, y > 0).float() + torch.logical_and(x, y).float() + torch.isclose(x, y * 0 + x).float()",  # noqa: E501
+    "torch.logit(torch.sigmoid(y)) + torch.logit(torch.sigmoid(y * 8), eps=1e-3)",
+    "F.softmin(y, dim=-1)",
+    "(y > 1).any(dim=-1).float() + (y > -2).all(dim=-1).float()",
+    "torch.count_nonzero(y > 0, dim=-1)",
+    "torch.nanmean(torch.where(y > 0.5, torch.log(y * 0 - 1), y), dim=-1)",
+    "torch.std_mean(y, dim=-1)[0] + torch.std_mean(y, dim=-1)[1]",
+    "torch.aminmax(y, dim=2)[0] * torch.aminmax(y, dim=2)[1]",
+    "y.norm(p=1, dim=-1) + torch.linalg.vector_norm(y, ord=3, dim=-1) + y.norm(p=float('inf'), dim=-1)",  # noqa: E501
+    "torch.baddbmm(y.flatten(0, 1)[:, :, :6], y.flatten(0, 1), y.flatten(0, 1).transpose(1, 2), beta=0.5, alpha=2.0)",  # noqa: E501
+    "torch.outer(y.flatten()[:10], x.flatten()[10:17])",
+    "torch.diff(y, dim=2)",
+    "y.repeat(1, 2, 1, 1) + torch.tile(y, (2, 1, 1)) * 0.5",
+    "y.repeat_interleave(2, dim=1)",
+    "F.pad(y, (2, 3, 1, 5), mode='reflect') * 2",
+    "F.pad(torch.relu(y), (8, 1, 0, 2), mode='replicate')",
+    "F.pad(y, (8, 3, 6, 0), mode='circular') + 1",
+    "F.pad(y, (1, 2, 3, 1, 2, 4), mode='reflect')",
+    "F.pad(y[0], (3, 3), mode='replicate')",
+    "F.hinge_embedding_loss(y, torch.sign(x))",
+    "F.margin_ranking_loss(y, x.clamp(-5, 5), torch.sign(y * 3 - 1), margin=0.2, reduction='sum')",  # noqa: E501
+    "F.poisson_nll_loss(y, x.clamp(-5, 5).abs()) + F.poisson_nll_loss(y.abs(), y * y, log_input=False, reduction='sum')",  # noqa: E501
+    "F.cosine_embedding_loss(y.flatten(1), x.clamp(-5, 5).flatten(1), torch.sign(y[:, 0, 0, 0]), margin=0.1)",  # noqa: E501
+    "F.cross_entropy(y.flatten(0, 2), (x.clamp(-5, 5).abs() * 2).long().clamp(max=7).flatten(0, 2)[:, 0], label_smoothing=0.1)",  # noqa: E501
+    "F.cross_entropy(y.flatten(0, 2), (x.clamp(-5, 5).abs() * 2).long().clamp(max=7).flatten(0, 2)[:, 0], label_smoothing=0.2, reduction='none')",  # noqa: E501
+    "torch.linalg.norm(y, dim=-1) + torch.linalg.norm(y, ord=1, dim=2).sum() + torch.linalg.norm(y)",  # noqa: E501
+    "torch.take_along_dim(y, (x.clamp(-5, 5).abs() * 2).long().clamp(max=7), dim=3)",
+    "F.channel_shuffle(y.flatten(2).unsqueeze(-1)[:, :4], 2).squeeze(-1)",
+    "torch.trapezoid(y, dim=2) + torch.trapezoid(y, dx=0.5, dim=-1).sum(-1, keepdim=True)",
+    "torch.rot90(y, 1, (2, 3)) + torch.rot90(y, 3, (2, 3)) * 2",
+    "torch.rot90(y, 2, (2, 3)) + torch.rot90(y, -1, (2, 3)).transpose(2, 3) + torch.rot90(y[0, 0], 2)[0]",  # noqa: E501
+    "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",
+    "torch.cross(y[..., :3], x.clamp(-5, 5)[..., 3:6], dim=-1)",
+    # reductions over non-adjacent dims: rows gathered by index
+    "y.mean(dim=(0, 2, 3), keepdim=True) * y",
+    "(y - y.mean(dim=(0, 2, 3), keepdim=True)) / torch.sqrt(y.var(dim=(0, 2, 3), keepdim=True, unbiased=False) + 1e-5)",  # noqa: E501
+    "y.sum(dim=(0, 2)) + y.amax(dim=(0, 2)) * y.std(dim=(0, 2))",
+    "torch.logsumexp(y, dim=(1, 3)) + y.amin(dim=(1, 3))",
+]
+
+
+def test_a_gathered_reduction_splits_its_rows_into_chunks(tmp_path: Path) -> None:
+    """Few rows over many elements (a batch norm's statistics): two stages, gathered chunks."""
+    from stitch_graph.codegen import KernelTuning, Tuning
+
+    expr = "torch.relu(y).mean(dim=(0, 2, 3)) + y.var(dim=(0, 2, 3))"
+    split = Tuning(default=KernelTuning(split_reduction=True))
+    task, program = generate_checked(_PROBLEM.format(expr=expr), split)
+    assert "stage 1 of a split reduction" in program.kernel_source
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+def test_the_op_is_generated_and_matches_pytorch(expr: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
