@@ -6,7 +6,8 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``reflect``, ``replicate`` and ``circular`` modes, and the losses ``hinge_embedding``,
 ``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
-non-adjacent dims (a hand-written batch norm's statistics over N, H and W). Each must be fully
+non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, ``tensordot``, ``embedding_bag`` and
+``local_response_norm``. Each must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
 """
 
@@ -87,6 +88,11 @@ EXPRS = [
     "torch.rot90(y, 2, (2, 3)) + torch.rot90(y, -1, (2, 3)).transpose(2, 3) + torch.rot90(y[0, 0], 2)[0]",  # noqa: E501
     "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",
     "torch.cross(y[..., :3], x.clamp(-5, 5)[..., 3:6], dim=-1)",
+    "torch.logcumsumexp(y, dim=-1) + torch.logcumsumexp(x, dim=1)",  # warp and thread scans
+    "torch.tensordot(y, x.clamp(-5, 5), dims=([1, 3], [1, 3]))",
+    "torch.tensordot(y.flatten(0, 1), x.clamp(-5, 5)[0].permute(1, 2, 0), dims=2)",
+    "F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 0], y[0, 0], mode='mean') + F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 1], y[0, 0], mode='max')",  # noqa: E501
+    "F.local_response_norm(y, 3) + F.local_response_norm(y[:, :, 0], 2, alpha=0.1, beta=0.5, k=2.0).unsqueeze(2)",  # noqa: E501
     # reductions over non-adjacent dims: rows gathered by index
     "y.mean(dim=(0, 2, 3), keepdim=True) * y",
     "(y - y.mean(dim=(0, 2, 3), keepdim=True)) / torch.sqrt(y.var(dim=(0, 2, 3), keepdim=True, unbiased=False) + 1e-5)",  # noqa: E501

@@ -1,7 +1,8 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
 ``nanmean``, p-norms, ``aminmax``), products (``baddbmm``, ``outer``, ``cross``), copies and
-rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``), a few functions
-(``logit``, ``softmin``) and losses (hinge and cosine embedding, margin ranking, Poisson NLL).
+rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``,
+``embedding_bag``), a few functions (``logit``, ``softmin``, ``local_response_norm``) and losses
+(hinge and cosine embedding, margin ranking, Poisson NLL).
 
 Found missing by a probe of common ``torch`` and ``torch.nn.functional`` calls. As in
 ``_capture_decompose``, each applies only where it reproduces the call; otherwise ``None`` and the
@@ -11,6 +12,7 @@ call stays in PyTorch.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -46,11 +48,15 @@ COMPOSE_SIGNATURES = {
     "repeat": "input, sizes",
     "tile": "input, dims",
     "repeat_interleave": "input, repeats=None, dim=None, output_size=None",
+    "embedding_bag": "input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode='mean', sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None",  # noqa: E501
+    "tensordot": "a, b, dims=2, out=None",
+    "local_response_norm": "input, size, alpha=0.0001, beta=0.75, k=1.0",
 }
 # calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
     "diff", "repeat", "tile", "repeat_interleave", "take_along_dim", "rot90", "cross",
+    "tensordot",
 })
 
 
@@ -80,6 +86,10 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     """Reductions, products, copies and losses that are compositions of registry ops."""
     if name in ("margin_ranking_loss", "cosine_embedding_loss"):
         return _pair_loss(ir, b, name, a)
+    if name == "tensordot":
+        return _tensordot(ir, b, a["a"], a["b"], a["dims"]) if a["out"] is None else None
+    if name == "embedding_bag":
+        return _embedding_bag(ir, b, a)
     x = a["input"]
     if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
         classes = int(a["num_classes"])
@@ -91,6 +101,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     if not isinstance(x, Ref) or ir.dtypes[x] not in ("float32", "bool"):
         return None
     floating = ir.dtypes[x] == "float32"
+    if name == "local_response_norm" and floating:
+        return _local_response_norm(ir, b, x, int(a["size"]), a["alpha"], a["beta"], a["k"])
     if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "rot90", "cross"):
         return _rearranged(ir, b, name, a) if floating else None
     if name == "logit" and floating:
@@ -288,3 +300,70 @@ def _repeat(ir: ProgramIR, b: _Builder, x: Ref, reps: list[int], *, tile: bool) 
     spread = b("expand", "expand", b("view", "view", x, *pairs), *[n for r, s_ in zip(reps, shape, strict=True) for n in (r, s_)])  # noqa: E501
     dense = b("copy", "contiguous", spread)
     return b("view", "view", dense, *[r * s_ for r, s_ in zip(reps, shape, strict=True)])
+
+
+def _tensordot(ir: ProgramIR, b: _Builder, x: Any, y: Any, dims: Any) -> Ref | None:
+    """``tensordot`` as one ``matmul`` of the operands permuted, copied and flattened to
+    (free, contracted) and (contracted, free), then viewed as the free dims of both."""
+    if not isinstance(x, Ref) or not isinstance(y, Ref):
+        return None
+    xs, ys = list(ir.shapes[x]), list(ir.shapes[y])
+    if isinstance(dims, int):
+        dx, dy = list(range(len(xs) - dims, len(xs))), list(range(dims))
+    elif isinstance(dims, list | tuple) and len(dims) == 2:
+        dx, dy = ([int(d) % n for d in (v if isinstance(v, list | tuple) else [v])]
+                  for v, n in zip(dims, (len(xs), len(ys)), strict=True))
+    else:
+        return None
+    if len(dx) != len(dy) or any(xs[i] != ys[j] for i, j in zip(dx, dy, strict=True)):
+        return None
+    fx = [d for d in range(len(xs)) if d not in dx]
+    fy = [d for d in range(len(ys)) if d not in dy]
+    k = math.prod(xs[d] for d in dx)
+
+    def flat(v: Ref, order: list[int], rows: int) -> Ref:
+        moved = b("copy", "contiguous", b("permute", "permute", v, *order))
+        return b("view", "view", moved, rows, -1)
+
+    left = flat(x, fx + dx, math.prod(xs[d] for d in fx))
+    right = flat(y, dy + fy, k)
+    product = b("matmul", torch.matmul, left, right)
+    return b("view", "view", product, *[xs[d] for d in fx], *[ys[d] for d in fy])
+
+
+def _embedding_bag(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``embedding_bag`` over a 2-D input (bags of equal size, no offsets): the rows looked up,
+    weighted per sample (``sum`` only), then summed, averaged or maxed over each bag."""
+    idx, weight, per_sample = a["input"], a["weight"], a["per_sample_weights"]
+    plain = all(a[k] in (None, False, 2, 2.0) for k in ("offsets", "max_norm", "norm_type",
+                                                        "scale_grad_by_freq", "padding_idx",
+                                                        "include_last_offset"))
+    if not plain or not isinstance(idx, Ref) or not isinstance(weight, Ref):
+        return None
+    if len(ir.shapes[idx]) != 2 or a["mode"] not in ("sum", "mean", "max"):
+        return None
+    rows = b("index", operator.getitem, weight, (idx,))
+    if per_sample is not None:
+        if a["mode"] != "sum" or not isinstance(per_sample, Ref):
+            return None
+        rows = b("mul", torch.mul, rows, b("unsqueeze", torch.unsqueeze, per_sample, -1))
+    op, fn = {"sum": ("sum", torch.sum), "mean": ("mean", torch.mean), "max": ("amax", torch.amax)}[a["mode"]]  # noqa: E501
+    return b(op, fn, rows, 1)
+
+
+def _local_response_norm(
+    ir: ProgramIR, b: _Builder, x: Ref, size: int, alpha: Any, beta: Any, k: Any
+) -> Ref | None:
+    """PyTorch's own formula: ``x / (k + alpha * avg(x**2 over size channels)) ** beta``, the
+    channel window an average pooling of the squares padded with zeros."""
+    shape = list(ir.shapes[x])
+    if len(shape) < 3:
+        return None
+    n, c = shape[0], shape[1]
+    square = b("mul", torch.mul, x, x)
+    planes = b("view", "view", square, n, 1, c, shape[2], -1)
+    padded = b("pad", torch.nn.functional.pad, planes, [0, 0, 0, 0, size // 2, (size - 1) // 2])
+    window = b("avg_pool3d", torch.nn.functional.avg_pool3d, padded, (size, 1, 1), 1)
+    mean = b("view", "view", window, *shape)
+    scale = b("pow", torch.pow, b("add", torch.add, b("mul", torch.mul, mean, float(alpha)), float(k)), float(beta))  # noqa: E501
+    return b("div", torch.div, x, scale)

@@ -24,6 +24,14 @@ __device__ __forceinline__ float sg_max(float a, float b) {
 __device__ __forceinline__ float sg_min(float a, float b) {
   return (a != a || b != b) ? a + b : fminf(a, b);
 }
+// log(exp(a) + exp(b)) as PyTorch's logcumsumexp combines two values: infinities of one sign
+// stay, NaN propagates
+__device__ __forceinline__ float sg_logaddexp(float a, float b) {
+  if (a != a || b != b) return a + b;
+  if (a == b && fabsf(a) == SG_INF) return a;
+  const float hi = fmaxf(a, b), lo = fminf(a, b);
+  return hi + log1pf(expf(lo - hi));
+}
 // floor division with Python's rounding, as PyTorch's div(rounding_mode='floor') computes it:
 // from fmod, so that a quotient just below an integer is not rounded up to it
 __device__ __forceinline__ float sg_floordiv(float a, float b) {

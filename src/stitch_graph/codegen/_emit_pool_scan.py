@@ -1,5 +1,5 @@
-"""Pooling (max, average, adaptive) and scans (cumsum/cumprod): ops whose output element reads a
-run of its input, a window or a prefix of a line.
+"""Pooling (max, average, adaptive) and scans (cumsum, cumprod, logcumsumexp): ops whose output
+element reads a run of its input, a window or a prefix of a line.
 
 Pooling is a pointwise kernel whose anchor value loops over the window, or, over rows of a warp
 of outputs or more, a kernel that stages each window row's input span in shared memory, a block
@@ -179,6 +179,14 @@ def _in_offset(isp: tuple[int, ...]) -> str:
     for j in range(1, len(isp)):
         offset = f"({offset}) * {isp[j]} + c{j}"
     return offset
+
+
+# scan op -> (identity, how two running values combine)
+_SCANS = {
+    "cumsum": ("0.f", "({a} + {b})"),
+    "cumprod": ("1.f", "({a} * {b})"),
+    "logcumsumexp": ("-SG_INF", "sg_logaddexp({a}, {b})"),
+}
 
 
 class _PoolScanEmitter(_EmitterBase):
@@ -365,8 +373,7 @@ class _PoolScanEmitter(_EmitterBase):
         out = ir.node(g.output)
         big = numel(xs) >= 2**31
         index = "long long" if big else "int"
-        is_sum = node.op == "cumsum"
-        ident, combine = ("0.f", "+") if is_sum else ("1.f", "*")
+        ident, combine = _SCANS[node.op]
         args = _Args(ir)
         env: dict[str, str] = {}
         pre = self.exprs(g.prologue, xs, "i", env, args)
@@ -391,7 +398,7 @@ class _PoolScanEmitter(_EmitterBase):
                 f"    for ({index} k = 0; k < {length}; ++k) {{",
                 f"      const {index} i = b + k * {inner};",
                 *(f"      {line}" for line in pre),
-                f"      run = run {combine} {value};",
+                f"      run = {combine.format(a='run', b=value)};",
                 f"      const float v_{node.name} = run;",
                 *(f"      {line}" for line in post),
                 f"      out[i] = {result};",
@@ -423,9 +430,9 @@ class _PoolScanEmitter(_EmitterBase):
             "#pragma unroll",
             "      for (int o = 1; o < 32; o <<= 1) {",
             "        const float y = __shfl_up_sync(SG_FULL, run, o);",
-            f"        if (lane >= o) run = y {combine} run;",
+            f"        if (lane >= o) run = {combine.format(a='y', b='run')};",
             "      }",
-            f"      run = carry {combine} run;",
+            f"      run = {combine.format(a='carry', b='run')};",
             "      carry = __shfl_sync(SG_FULL, run, 31);",
             f"      if (k < {length}) {{",
             f"        const float v_{node.name} = run;",

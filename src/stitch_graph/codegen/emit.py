@@ -12,8 +12,9 @@ direct with the epilogue fused (1-D, 2-D and 3-D); transposed convolutions with 
 equivalent convolution (weight transposed and flipped by a small kernel at each call), others
 (groups=1) as cuBLAS SGEMM into a column buffer + a col2im gather that fuses bias and epilogue,
 else a direct gather kernel; pooling (max, average, adaptive) as a pointwise kernel whose anchor
-value loops over the window; scans (cumsum/cumprod) with a thread per line or a warp per line
-(shuffle scan plus carry); ops that read other positions (cat, stack, flip, gather, index, roll,
+value loops over the window, or staged a window row at a time in shared memory; scans (cumsum,
+cumprod, logcumsumexp) with a thread per line or a warp per line (shuffle scan plus carry);
+ops that read other positions (cat, stack, flip, gather, index, roll,
 pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
 followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
 inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.

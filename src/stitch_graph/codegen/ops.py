@@ -347,6 +347,7 @@ _op("lstm", RNN, _RNN_SIGNATURE, flops=8, note="input projection by one cuBLAS S
 _op("gru", RNN, _RNN_SIGNATURE, flops=6, note="as lstm, with the GRU's three gates")
 _op("cumsum", SCAN, "input, dim, dtype=None", flops=1)
 _op("cumprod", SCAN, "input, dim, dtype=None", flops=1)
+_op("logcumsumexp", SCAN, "input, dim", flops=4)
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)
