@@ -125,6 +125,21 @@ class _Window:
         ]
         return self.clipped(j), loops, f"(e{j} - s{j})", f"n{j}"
 
+    def dims(self, upto: int) -> tuple[list[str], list[str], list[str], list[str]]:
+        """``dim`` for the first ``upto`` dims together: their lines, loop headers, counts and
+        sizes."""
+        lines: list[str] = []
+        loops: list[str] = []
+        count: list[str] = []
+        size: list[str] = []
+        for j in range(upto):
+            before, header, n_j, size_j = self.dim(j)
+            lines += before
+            loops += header
+            count.append(n_j)
+            size.append(size_j)
+        return lines, loops, count, size
+
     def pooled(self, count: list[str], size: list[str]) -> str:
         """The pooled value from ``acc``: max as is, average over PyTorch's divisor."""
         if self.is_max:
@@ -224,16 +239,8 @@ class _PoolScanEmitter(_EmitterBase):
             env: dict[str, str] = {}
             pre = self.exprs(g.prologue, xs, "ii", env, loads)
             value = self.value_of(x, xs, "ii", env, loads)
-            lines = _coords(idx, win.osp, numel(win.isp), it)
-            loops: list[str] = []
-            count: list[str] = []
-            size: list[str] = []
-            for j in range(nd):
-                before, header, n_j, size_j = win.dim(j)
-                lines += before
-                loops += header
-                count.append(n_j)
-                size.append(size_j)
+            windows, loops, count, size = win.dims(nd)
+            lines = [*_coords(idx, win.osp, numel(win.isp), it), *windows]
             body = [
                 f"const {it} ii = base + {_in_offset(win.isp)};",
                 *pre,
@@ -294,15 +301,8 @@ class _PoolScanEmitter(_EmitterBase):
             f"const int o{last} = t0 + threadIdx.x;",
             *_coords("row", win.osp[:last], numel(win.isp), it),
         ]
-        loops: list[str] = []
-        count: list[str] = []
-        size: list[str] = []
-        for j in range(last):
-            before, header, n_j, size_j = win.dim(j)
-            head += before
-            loops += header
-            count.append(n_j)
-            size.append(size_j)
+        windows, loops, count, size = win.dims(last)  # the outer dims: uniform over the block
+        head += windows
         if win.is_max or win.inside(last):
             count.append(str(k))
             size.append(str(k))
