@@ -66,7 +66,7 @@ def time_cuda(
         warmup_s: The warm-up also lasts at least this long, so the clocks leave their idle
             state; a caller that keeps the GPU busy (tuning, a sweep) may shorten it.
         max_s: Stop after this many seconds of timed calls, three calls at least: the
-            autotuner's variants of a 185 ms program (KernelBench L1 68) took 23 s at 20 runs
+            autotuner's variants of a 185 ms program (KernelBench L1 68) took 23 s at ten runs
             each against a 1.5 s budget.
 
     Returns:
