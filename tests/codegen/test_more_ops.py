@@ -6,8 +6,9 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``reflect``, ``replicate`` and ``circular`` modes, and the losses ``hinge_embedding``,
 ``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
-non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, ``tensordot``, ``embedding_bag`` and
-``local_response_norm``. Each must be fully
+non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
+``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``rrelu`` and the other dropouts
+outside training. Each must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
 """
 
@@ -89,6 +90,12 @@ EXPRS = [
     "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",
     "torch.cross(y[..., :3], x.clamp(-5, 5)[..., 3:6], dim=-1)",
     "torch.logcumsumexp(y, dim=-1) + torch.logcumsumexp(x, dim=1)",  # warp and thread scans
+    "torch.cummax(y, dim=-1)[0] + torch.cummin(x, dim=1)[0] * 0.5",
+    "F.rrelu(y) + F.alpha_dropout(y, 0.3) + F.dropout2d(y, 0.3, training=False)",
+    "F.lp_pool2d(y, 2, 2) + F.lp_pool2d(y.abs(), 3.0, (2, 2), stride=2)",  # odd p: NaN below 0
+    "F.lp_pool1d(y.flatten(2), 2, 3, stride=2)",
+    "torch.bucketize(y, torch.tensor([-1.0, 0.0, 0.5, 1.0])) + torch.bucketize(y, torch.tensor([-1.0, 0.0]), right=True)",  # noqa: E501
+    "torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 1.0]), y) * 2",
     "torch.tensordot(y, x.clamp(-5, 5), dims=([1, 3], [1, 3]))",
     "torch.tensordot(y.flatten(0, 1), x.clamp(-5, 5)[0].permute(1, 2, 0), dims=2)",
     "F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 0], y[0, 0], mode='mean') + F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 1], y[0, 0], mode='max')",  # noqa: E501

@@ -1,7 +1,8 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
 ``nanmean``, p-norms, ``aminmax``), products (``baddbmm``, ``outer``, ``cross``), copies and
 rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``,
-``embedding_bag``), a few functions (``logit``, ``softmin``, ``local_response_norm``) and losses
+``embedding_bag``, ``bucketize``), a few functions (``logit``, ``softmin``,
+``local_response_norm``, ``lp_pool``) and losses
 (hinge and cosine embedding, margin ranking, Poisson NLL).
 
 Found missing by a probe of common ``torch`` and ``torch.nn.functional`` calls. As in
@@ -51,6 +52,10 @@ COMPOSE_SIGNATURES = {
     "embedding_bag": "input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode='mean', sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None",  # noqa: E501
     "tensordot": "a, b, dims=2, out=None",
     "local_response_norm": "input, size, alpha=0.0001, beta=0.75, k=1.0",
+    "lp_pool1d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
+    "lp_pool2d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
+    "bucketize": "input, boundaries, out_int32=False, right=False",
+    "searchsorted": "sorted_sequence, input, out_int32=False, right=False, side=None, sorter=None",  # noqa: E501
 }
 # calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
 COMPOSE_METHODS = frozenset({
@@ -90,6 +95,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _tensordot(ir, b, a["a"], a["b"], a["dims"]) if a["out"] is None else None
     if name == "embedding_bag":
         return _embedding_bag(ir, b, a)
+    if name in ("bucketize", "searchsorted"):
+        return _bucket(ir, b, name, a)
     x = a["input"]
     if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
         classes = int(a["num_classes"])
@@ -101,6 +108,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     if not isinstance(x, Ref) or ir.dtypes[x] not in ("float32", "bool"):
         return None
     floating = ir.dtypes[x] == "float32"
+    if name in ("lp_pool1d", "lp_pool2d") and floating:
+        return _lp_pool(b, x, name, a)
     if name == "local_response_norm" and floating:
         return _local_response_norm(ir, b, x, int(a["size"]), a["alpha"], a["beta"], a["k"])
     if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "rot90", "cross"):
@@ -367,3 +376,33 @@ def _local_response_norm(
     mean = b("view", "view", window, *shape)
     scale = b("pow", torch.pow, b("add", torch.add, b("mul", torch.mul, mean, float(alpha)), float(k)), float(beta))  # noqa: E501
     return b("div", torch.div, x, scale)
+
+
+def _lp_pool(b: _Builder, x: Ref, name: str, a: dict[str, Any]) -> Ref:
+    """PyTorch's own formula: the average of ``x**p`` over each window, its sign times its
+    magnitude, times the window's size, to the power ``1/p``."""
+    p = float(a["norm_type"])
+    nd = 1 if name == "lp_pool1d" else 2
+    ks = a["kernel_size"]
+    ks = [int(v) for v in ks] if isinstance(ks, list | tuple) else [int(ks)] * nd
+    pool, fn = (("avg_pool1d", torch.nn.functional.avg_pool1d) if nd == 1
+                else ("avg_pool2d", torch.nn.functional.avg_pool2d))
+    stride = a["stride"] if a["stride"] is not None else ks
+    out = b(pool, fn, b("pow", torch.pow, x, p), ks, stride, 0, bool(a["ceil_mode"]))
+    signed = b("mul", torch.mul, b("sign", torch.sign, out), b("relu", torch.relu, b("abs", torch.abs, out)))  # noqa: E501
+    return b("pow", torch.pow, b("mul", torch.mul, signed, float(math.prod(ks))), 1.0 / p)
+
+
+def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """``bucketize`` / ``searchsorted`` of a 1-D sorted sequence: for each value the count of
+    boundaries below it (``right``: at or below it), one broadcast comparison and a sum."""
+    x = a["input"]
+    edges = a["boundaries"] if name == "bucketize" else a["sorted_sequence"]
+    right = bool(a["right"]) or (name == "searchsorted" and a["side"] == "right")
+    if not isinstance(x, Ref) or not isinstance(edges, Ref) or len(ir.shapes[edges]) != 1:
+        return None
+    if a["out_int32"] or a.get("sorter") is not None or ir.dtypes[x] != "float32":
+        return None
+    below = b("ge" if right else "gt", torch.ge if right else torch.gt,
+              b("unsqueeze", torch.unsqueeze, x, -1), edges)
+    return b("long", "long", b("sum", torch.sum, b("float", "float", below), -1))

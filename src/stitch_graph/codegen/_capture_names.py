@@ -79,6 +79,12 @@ def _qualname(target: Any) -> str:
     return name
 
 
+# dropouts: identities outside training, random draws (left to PyTorch) in it
+_DROPOUTS = frozenset(
+    {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"}
+)
+
+
 def _canonical_name(node: torch.fx.Node) -> str:
     """The registry name of a traced call: operators by their op, the trailing ``_`` of an
     in-place form dropped, aliases resolved (an unknown call keeps its own name)."""
@@ -241,12 +247,14 @@ def _variant(
         return ("maximum" if op == "max" else "minimum"), bound, attrs
     if op in ("max", "min") and bound.get("dim") is None:
         return ("amax" if op == "max" else "amin"), bound, attrs
-    if op in ("max", "min"):
-        attrs["returns_tuple"] = True
+    if op in ("max", "min", "cummax", "cummin"):
+        attrs["returns_tuple"] = True  # values and indices: each a getitem of its own
         return op, bound, attrs
     if op == "getitem" and isinstance(bound.get("input"), Ref):
         src = bound["input"]
         parent = _node_of(ir, src)
+        if parent is not None and parent.op in ("cummax", "cummin") and bound.get("index") == 0:
+            return f"{parent.op}_values", dict(parent.args), attrs  # a scan; indices stay
         if parent is not None and parent.op in ("max", "min") and parent.attrs.get("returns_tuple"):
             index = bound.get("index")
             if index == 0:
@@ -271,8 +279,11 @@ def _variant(
             if isinstance(bound.get(k), Ref)
         }
         return "batch_norm_eval", bound, attrs
-    if op == "dropout" and bound.get("training") and bound.get("p", 0.5) > 0:
-        return "dropout_train", bound, attrs
+    if op in _DROPOUTS and bound.get("training") and bound.get("p", 0.5) > 0:
+        return "dropout_train", bound, attrs  # random: left to PyTorch, declared
+    if op == "rrelu" and not bound.get("training") and isinstance(bound.get("input"), Ref):
+        slope = (float(bound.get("lower", 0.125)) + float(bound.get("upper", 1 / 3))) / 2
+        return "leaky_relu", {"input": bound["input"], "negative_slope": slope}, attrs
     if op.startswith(("adaptive_avg_pool", "adaptive_max_pool")) and isinstance(
         bound.get("input"), Ref
     ):
@@ -298,7 +309,7 @@ def _variant(
         src = bound.get("input")
         if op == "contiguous" and isinstance(src, Ref) and not ir.is_contiguous(src):
             return "copy", {"input": src}, attrs
-        if op == "dropout" and bound.get("training") and bound.get("p", 0.5) > 0:
+        if op in _DROPOUTS and bound.get("training") and bound.get("p", 0.5) > 0:
             return "dropout_train", bound, attrs
         if isinstance(src, Ref):
             return "identity_of", {"input": src}, attrs

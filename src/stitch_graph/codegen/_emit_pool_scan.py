@@ -1,5 +1,6 @@
-"""Pooling (max, average, adaptive) and scans (cumsum, cumprod, logcumsumexp): ops whose output
-element reads a run of its input, a window or a prefix of a line.
+"""Pooling (max, average, adaptive) and scans (cumsum, cumprod, logcumsumexp, the values of
+cummax and cummin): ops whose output element reads a run of its input, a window or a prefix of
+a line.
 
 Pooling is a pointwise kernel whose anchor value loops over the window, or, over rows of a warp
 of outputs or more, a kernel that stages each window row's input span in shared memory, a block
@@ -201,6 +202,8 @@ _SCANS = {
     "cumsum": ("0.f", "({a} + {b})"),
     "cumprod": ("1.f", "({a} * {b})"),
     "logcumsumexp": ("-SG_INF", "sg_logaddexp({a}, {b})"),
+    "cummax_values": ("-SG_INF", "sg_max({a}, {b})"),  # a NaN, once seen, stays
+    "cummin_values": ("SG_INF", "sg_min({a}, {b})"),
 }
 
 

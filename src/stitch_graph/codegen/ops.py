@@ -348,6 +348,10 @@ _op("gru", RNN, _RNN_SIGNATURE, flops=6, note="as lstm, with the GRU's three gat
 _op("cumsum", SCAN, "input, dim, dtype=None", flops=1)
 _op("cumprod", SCAN, "input, dim, dtype=None", flops=1)
 _op("logcumsumexp", SCAN, "input, dim", flops=4)
+_op("cummax_values", SCAN, "input, dim", flops=1, note="cummax(...)[0]: the running maximum")
+_op("cummin_values", SCAN, "input, dim", flops=1, note="cummin(...)[0]: the running minimum")
+_op("cummax", UNSUPPORTED, "input, dim", note="values as cummax_values; indices stay in PyTorch")  # noqa: E501
+_op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices stay in PyTorch")  # noqa: E501
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)
@@ -372,10 +376,13 @@ _op("contiguous", IDENTITY, "input, memory_format=None", flops=0, note="a copy w
 _op("clone", IDENTITY, "input, memory_format=None", flops=0)
 _op("detach", IDENTITY, "input", flops=0)
 _op("dropout", IDENTITY, "input, p=0.5, training=False, inplace=False", flops=0, note="identity when p == 0 or not training")  # noqa: E501
+for _name in ("dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"):
+    _op(_name, IDENTITY, "input, p=0.5, training=False, inplace=False", flops=0, note="identity when p == 0 or not training")  # noqa: E501
 _op("identity", IDENTITY, "input", flops=0)
 # ---- explicitly unsupported: they stay in PyTorch, declared ------------------------------------
 _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
+_op("rrelu", UNSUPPORTED, "input, lower=0.125, upper=0.3333333333333333, training=False, inplace=False", note="outside training a leaky_relu of the mean slope; in training the slopes are drawn")  # noqa: E501
 _op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="sorting needs a segmented radix sort; no rule emits it")  # noqa: E501
 _op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="top-k needs a selection kernel; no rule emits it")  # noqa: E501
 _op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
