@@ -64,13 +64,18 @@ static inline void __syncthreads() {}
 """
 # block threads as coroutines: barriers and shuffles with CUDA's semantics (all lanes take part)
 _COOPERATIVE_SYNC = r"""
+#include <stdlib.h>
 #include <ucontext.h>
 #include <functional>
 #include <vector>
 struct SgThread { ucontext_t ctx; bool done; };
 static ucontext_t sg_main;
 static std::vector<SgThread> sg_threads;
-static std::vector<char> sg_stacks;
+// the threads' stacks: malloc'd, not zero-filled, so only the pages a thread touches become
+// resident (a zero-filled vector made 256 MiB resident per library for 1024-thread blocks, and
+// the loaded libraries of a test session stay)
+static char* sg_stacks = nullptr;
+static size_t sg_stacks_size = 0;
 static const size_t sg_stack_size = 256 * 1024;
 static int sg_cur = 0;
 static std::function<void()> sg_body;
@@ -109,12 +114,16 @@ template <class T> static inline T __shfl_up_sync(unsigned, T v, int o) {
 static void sg_entry() { sg_body(); sg_threads[sg_cur].done = true; }
 static void sg_run_block(unsigned threads) {
   sg_threads.assign(threads, SgThread());
-  if (sg_stacks.size() < threads * sg_stack_size) sg_stacks.resize(threads * sg_stack_size);
+  if (sg_stacks_size < threads * sg_stack_size) {
+    free(sg_stacks);
+    sg_stacks_size = threads * sg_stack_size;
+    sg_stacks = static_cast<char*>(malloc(sg_stacks_size));
+  }
   for (int w = 0; w < 32; ++w) { sg_warp_count[w] = 0; }
   sg_block_count = 0;
   for (unsigned t = 0; t < threads; ++t) {
     getcontext(&sg_threads[t].ctx);
-    sg_threads[t].ctx.uc_stack.ss_sp = sg_stacks.data() + t * sg_stack_size;
+    sg_threads[t].ctx.uc_stack.ss_sp = sg_stacks + t * sg_stack_size;
     sg_threads[t].ctx.uc_stack.ss_size = sg_stack_size;
     sg_threads[t].ctx.uc_link = &sg_main;
     sg_threads[t].done = false;

@@ -7,7 +7,7 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
-``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``rrelu`` and the other dropouts
+``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``cdist``, ``rrelu`` and the other dropouts
 outside training. Each must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
 """
@@ -96,6 +96,8 @@ EXPRS = [
     "F.lp_pool1d(y.flatten(2), 2, 3, stride=2)",
     "torch.bucketize(y, torch.tensor([-1.0, 0.0, 0.5, 1.0])) + torch.bucketize(y, torch.tensor([-1.0, 0.0]), right=True)",  # noqa: E501
     "torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 1.0]), y) * 2",
+    "torch.cdist(y.flatten(1, 2), x.clamp(-5, 5).flatten(1, 2))",  # 30 rows: the product
+    "torch.cdist(y[0], x.clamp(-5, 5)[1]) + torch.cdist(y[0], y[1], p=1) + torch.cdist(y[0], y[2], p=float('inf'))",  # noqa: E501
     "torch.tensordot(y, x.clamp(-5, 5), dims=([1, 3], [1, 3]))",
     "torch.tensordot(y.flatten(0, 1), x.clamp(-5, 5)[0].permute(1, 2, 0), dims=2)",
     "F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 0], y[0, 0], mode='mean') + F.embedding_bag((x.clamp(-5, 5).abs() * 2).long().clamp(max=5)[0, 1], y[0, 0], mode='max')",  # noqa: E501

@@ -1,7 +1,7 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
 ``nanmean``, p-norms, ``aminmax``), products (``baddbmm``, ``outer``, ``cross``), copies and
 rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``,
-``embedding_bag``, ``bucketize``), a few functions (``logit``, ``softmin``,
+``embedding_bag``, ``bucketize``, ``cdist``), a few functions (``logit``, ``softmin``,
 ``local_response_norm``, ``lp_pool``) and losses
 (hinge and cosine embedding, margin ranking, Poisson NLL).
 
@@ -55,6 +55,7 @@ COMPOSE_SIGNATURES = {
     "lp_pool1d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
     "lp_pool2d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
     "bucketize": "input, boundaries, out_int32=False, right=False",
+    "cdist": "x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'",
     "searchsorted": "sorted_sequence, input, out_int32=False, right=False, side=None, sorter=None",  # noqa: E501
 }
 # calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
@@ -97,6 +98,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _embedding_bag(ir, b, a)
     if name in ("bucketize", "searchsorted"):
         return _bucket(ir, b, name, a)
+    if name == "cdist":
+        return _cdist(ir, b, a)
     x = a["input"]
     if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
         classes = int(a["num_classes"])
@@ -406,3 +409,35 @@ def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | N
     below = b("ge" if right else "gt", torch.ge if right else torch.gt,
               b("unsqueeze", torch.unsqueeze, x, -1), edges)
     return b("long", "long", b("sum", torch.sum, b("float", "float", below), -1))
+
+
+def _cdist(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``cdist`` as PyTorch computes it: for p = 2 over more than 25 rows on either side, one
+    matrix product of ``[-2 x1, |x1|^2, 1]`` and ``[x2, 1, |x2|^2]``, clamped and rooted;
+    otherwise the pairwise differences reduced (p = 1, 2 or infinity)."""
+    x1, x2, p = a["x1"], a["x2"], float(a["p"])
+    if not all(isinstance(v, Ref) and ir.dtypes[v] == "float32" for v in (x1, x2)):
+        return None
+    s1, s2 = ir.shapes[x1], ir.shapes[x2]
+    if len(s1) < 2 or len(s1) != len(s2) or s1[:-2] != s2[:-2] or s1[-1] != s2[-1]:
+        return None
+    mode = a["compute_mode"]
+    mm = p == 2.0 and (
+        mode == "use_mm_for_euclid_dist"
+        or (mode == "use_mm_for_euclid_dist_if_necessary" and (s1[-2] > 25 or s2[-2] > 25))
+    )
+    if mm:
+        n1 = b("sum", torch.sum, b("pow", torch.pow, x1, 2.0), -1, True)
+        n2 = b("sum", torch.sum, b("pow", torch.pow, x2, 2.0), -1, True)
+        left = b("cat", torch.cat, [b("mul", torch.mul, x1, -2.0), n1, b("ones_like", torch.ones_like, n1)], -1)  # noqa: E501
+        right = b("cat", torch.cat, [x2, b("ones_like", torch.ones_like, n2), n2], -1)
+        product = b("matmul", torch.matmul, left, b("transpose", torch.transpose, right, -1, -2))  # noqa: E501
+        return b("sqrt", torch.sqrt, b("clamp_min", torch.clamp_min, product, 1e-30))
+    diff = b("sub", torch.sub, b("unsqueeze", torch.unsqueeze, x1, -2), b("unsqueeze", torch.unsqueeze, x2, -3))  # noqa: E501
+    if p == 2.0:
+        return b("sqrt", torch.sqrt, b("sum", torch.sum, b("mul", torch.mul, diff, diff), -1))
+    if p == 1.0:
+        return b("sum", torch.sum, b("abs", torch.abs, diff), -1)
+    if p == math.inf:
+        return b("amax", torch.amax, b("abs", torch.abs, diff), -1)
+    return None
