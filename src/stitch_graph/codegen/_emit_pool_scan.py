@@ -305,14 +305,12 @@ class _PoolScanEmitter(_EmitterBase):
             *_coords("row", win.osp[:last], numel(win.isp), it),
         ]
         windows, loops, count, size = win.dims(last)  # the outer dims: uniform over the block
-        head += windows
-        if win.is_max or win.inside(last):
-            count.append(str(k))
-            size.append(str(k))
-        else:
-            head += win.clipped(last)
-            count.append(f"(e{last} - s{last})")
-            size.append(f"n{last}")
+        # the last dim's count and divisor as the thread-per-output kernel has them; its loop
+        # runs over the staged tile instead
+        before, _loop, n_last, size_last = win.dim(last)
+        head += [*windows, *before]
+        count.append(n_last)
+        size.append(size_last)
         stage = [
             f"for (int s = threadIdx.x; s < {width}; s += {outputs}) {{",
             f"  const int c{last} = t0 * {st} - {pad} + s;",

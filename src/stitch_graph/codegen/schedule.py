@@ -365,9 +365,10 @@ def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
     if not isinstance(src, Ref) or node.dtype != "float32":
         return False
     in_shape = ir.shapes[src]
-    if row_layout(in_shape, reduction_dims(ir, anchor)) is None:
+    reduced = reduction_dims(ir, anchor)
+    if row_layout(in_shape, reduced) is None:
         return False  # rows gathered from non-adjacent dims are not rewritten in place
-    dims = {d % len(in_shape) for d in reduction_dims(ir, anchor)} if in_shape else set()
+    dims = {d % len(in_shape) for d in reduced} if in_shape else set()
     out_shape = ir.shapes[Ref("node", group.output)]
     keepdim = len(out_shape) == len(in_shape) and all(
         out_shape[d] == (1 if d in dims else in_shape[d]) for d in range(len(in_shape))
