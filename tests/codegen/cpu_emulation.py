@@ -38,6 +38,9 @@ static inline float __int_as_float(int v) { float f; __builtin_memcpy(&f, &v, 4)
 using std::min;
 using std::max;
 static inline float rsqrtf(float v) { return 1.f / sqrtf(v); }
+#define __expf expf  // glibc declares these names itself
+#define __logf logf
+static inline float __fdividef(float a, float b) { return a / b; }
 // CUDA math functions the C library lacks, in double precision
 static inline float normcdff(float x) { return (float)(0.5 * erfc(-(double)x / sqrt(2.0))); }
 static inline float erfcxf(float x) { double d = x; return (float)(exp(d * d) * erfc(d)); }

@@ -1,6 +1,7 @@
 """Generated programs on a real GPU for the layouts the CPU emulation checks: concatenations
-written in place by cuDNN epilogues and scans, batch norm over (N, C) in column tiles, and
-repeated layers sharing one kernel. Each matches PyTorch at 1e-4 (TF32 off) on three draws."""
+written in place by cuDNN epilogues and scans, batch norm over (N, C) in column tiles,
+repeated layers sharing one kernel, and activations computed with ``__expf``/``__logf`` (whose
+accuracy the CPU emulation cannot show). Each matches PyTorch at 1e-4 (TF32 off) on three draws."""
 
 from __future__ import annotations
 
@@ -97,11 +98,32 @@ def get_init_inputs():
     return []
 """
 
+_ACTIVATIONS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.stack([F.softplus(x), F.softplus(x, beta=2.0, threshold=5.0), F.mish(x),
+                            torch.sigmoid(x), F.silu(x), F.logsigmoid(x)])
+
+
+def get_inputs():
+    return [torch.randn(64, 4099) * 12]  # far into both tails, where the fast forms differ most
+
+
+def get_init_inputs():
+    return []
+"""
+
 CASES = {
     "fire_module_cat_in_place": (_FIRE, "written in place by its operands' kernels"),
     "exclusive_cumsum_cat_in_place": (_CUMSUM, "written in place by its operands' kernels"),
     "gemm_batch_norm_columns": (_GEMM_BN, "a lane per column"),
     "repeated_layers_one_kernel": (_REPEATED, ""),
+    "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
 }
 
 

@@ -156,8 +156,8 @@ _op("relu", POINTWISE, "input, inplace=False", "sg_max({input}, 0.f)")
 _op("relu6", POINTWISE, "input, inplace=False", "sg_min(sg_max({input}, 0.f), 6.f)", flops=2)
 _op("gelu", POINTWISE, "input, approximate='none'", "(0.5f * {input} * (1.f + erff({input} * 0.70710678118654752f)))", flops=8)  # noqa: E501
 _op("gelu_tanh", POINTWISE, "input, approximate='tanh'", "(0.5f * {input} * (1.f + tanhf(0.79788456080286536f * ({input} + 0.044715f * {input} * {input} * {input}))))", flops=12)  # noqa: E501
-_op("sigmoid", POINTWISE, "input", "(1.f / (1.f + expf(-{input})))", flops=4, aliases=("special_expit", "expit"))  # noqa: E501
-_op("silu", POINTWISE, "input, inplace=False", "({input} / (1.f + expf(-{input})))", flops=4)
+_op("sigmoid", POINTWISE, "input", "sg_sigmoid({input})", flops=4, aliases=("special_expit", "expit"))  # noqa: E501
+_op("silu", POINTWISE, "input, inplace=False", "({input} * sg_sigmoid({input}))", flops=4)
 _op("tanh", POINTWISE, "input", "tanhf({input})", flops=4)
 _op("exp", POINTWISE, "input", "expf({input})", flops=2)
 _op("exp2", POINTWISE, "input", "exp2f({input})", flops=2)
@@ -198,13 +198,13 @@ _op("hardtanh", POINTWISE, "input, min_val=-1.0, max_val=1.0, inplace=False", "s
 _op("leaky_relu", POINTWISE, "input, negative_slope=0.01, inplace=False", "({input} > 0.f ? {input} : {input} * {negative_slope})", flops=2)  # noqa: E501
 _op("hardswish", POINTWISE, "input, inplace=False", "({input} * sg_min(sg_max({input} + 3.f, 0.f), 6.f) / 6.f)", flops=4)  # noqa: E501
 _op("hardsigmoid", POINTWISE, "input, inplace=False", "(sg_min(sg_max({input} + 3.f, 0.f), 6.f) / 6.f)", flops=3)  # noqa: E501
-_op("softplus", POINTWISE, "input, beta=1.0, threshold=20.0", "({input} * {beta} > {threshold} ? {input} : log1pf(expf({input} * {beta})) / {beta})", flops=6)  # noqa: E501
+_op("softplus", POINTWISE, "input, beta=1.0, threshold=20.0", "({input} * {beta} > {threshold} ? {input} : sg_softplus({input} * {beta}) / {beta})", flops=6)  # noqa: E501
 _op("elu", POINTWISE, "input, alpha=1.0, inplace=False", "({input} > 0.f ? {input} : {alpha} * expm1f({input}))", flops=4)  # noqa: E501
 _op("selu", POINTWISE, "input, inplace=False", "(1.0507009873554805f * ({input} > 0.f ? {input} : 1.6732632423543772f * expm1f({input})))", flops=5)  # noqa: E501
 _op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "sg_max({input}, 0.f) + sg_min(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
-_op("mish", POINTWISE, "input, inplace=False", "({input} * tanhf({input} > 20.f ? {input} : log1pf(expf({input}))))", flops=8)  # noqa: E501
+_op("mish", POINTWISE, "input, inplace=False", "sg_mish({input})", flops=8)  # noqa: E501
 _op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
-_op("logsigmoid", POINTWISE, "input", "(sg_min({input}, 0.f) - log1pf(expf(-fabsf({input}))))", flops=5, aliases=("log_sigmoid",))  # noqa: E501
+_op("logsigmoid", POINTWISE, "input", "(-sg_softplus(-{input}))", flops=5, aliases=("log_sigmoid",))  # noqa: E501
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
 _op("softshrink", POINTWISE, "input, lambd=0.5", "({input} > {lambd} ? {input} - {lambd} : ({input} < -{lambd} ? {input} + {lambd} : 0.f))", flops=3)  # noqa: E501
 _op("hardshrink", POINTWISE, "input, lambd=0.5", "(fabsf({input}) > {lambd} ? {input} : 0.f)", flops=2)  # noqa: E501
@@ -288,7 +288,7 @@ _op("huber_elem", POINTWISE, "input, target, reduction='none', delta=1.0", "(fab
 _op("soft_margin_elem", POINTWISE, "input, target, reduction='none'", "log1pf(expf(-{target} * {input}))", flops=4)  # noqa: E501
 _op("kl_div_elem", POINTWISE, "input, target, reduction='none', log_target=False", "({log_target} ? expf({target}) * ({target} - {input}) : ({target} > 0.f ? {target} * logf({target}) : ({target} == 0.f ? 0.f : SG_NAN)) - {target} * {input})", flops=4, note="xlogy(t, t) - t * x")  # noqa: E501
 _op("bce_elem", POINTWISE, "input, target, reduction='none'", "(({target} - 1.f) * sg_max(log1pf(-{input}), -100.f) - {target} * sg_max(logf({input}), -100.f))", flops=6)  # noqa: E501
-_op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {target}) * {input} + sg_max(-{input}, 0.f) + log1pf(expf(-fabsf({input}))))", flops=6)  # noqa: E501
+_op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {target}) * {input} + sg_softplus(-{input}))", flops=6)  # noqa: E501
 # ---- pointwise, reading operands at other positions (_emit_base.py's ``indexed``; they never fuse
 # their producers, whose values must be in memory) ----------------------------------------------
 _op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate"))
