@@ -154,6 +154,9 @@ _PRELUDE_STANDINS = r"""
 #define SG_NAN NAN
 static inline float sg_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
 static inline float sg_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+static inline float sg_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+static inline float sg_softplus(float z) { return fmaxf(z, 0.f) + log1pf(expf(-fabsf(z))); }
+static inline float sg_mish(float x) { return x * tanhf(x > 20.f ? x : log1pf(expf(x))); }
 """
 _KERNEL = re.compile(r'extern "C" __global__ __launch_bounds__\(\d+\) void (\w+)\(([^)]*)\)', re.S)
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "float": ctypes.c_float}
