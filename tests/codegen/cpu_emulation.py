@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stitch_graph.codegen._cuda import PRELUDE
+from stitch_graph.codegen._cuda import ACTIVATIONS, PRELUDE
 
 _SHIM = r"""
 #include <math.h>
@@ -154,9 +154,6 @@ _PRELUDE_STANDINS = r"""
 #define SG_NAN NAN
 static inline float sg_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
 static inline float sg_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
-static inline float sg_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-static inline float sg_softplus(float z) { return fmaxf(z, 0.f) + log1pf(expf(-fabsf(z))); }
-static inline float sg_mish(float x) { return x * tanhf(x > 20.f ? x : log1pf(expf(x))); }
 """
 _KERNEL = re.compile(r'extern "C" __global__ __launch_bounds__\(\d+\) void (\w+)\(([^)]*)\)', re.S)
 _CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "float": ctypes.c_float}
@@ -176,7 +173,7 @@ class CpuKernels:
         assert kernel_source.startswith(PRELUDE)
         body = kernel_source[len(PRELUDE) :]
         sync = _COOPERATIVE_SYNC if cooperative else _SERIAL_SYNC
-        head = _SHIM + sync + (PRELUDE if with_prelude or cooperative else _PRELUDE_STANDINS)
+        head = _SHIM + sync + (PRELUDE if with_prelude or cooperative else _PRELUDE_STANDINS + ACTIVATIONS)
         wrappers, self.params = [], {}
         for name, params in _KERNEL.findall(body):
             parts = [p.strip() for p in params.split(",")]

@@ -202,7 +202,7 @@ _op("softplus", POINTWISE, "input, beta=1.0, threshold=20.0", "({input} * {beta}
 _op("elu", POINTWISE, "input, alpha=1.0, inplace=False", "({input} > 0.f ? {input} : {alpha} * expm1f({input}))", flops=4)  # noqa: E501
 _op("selu", POINTWISE, "input, inplace=False", "(1.0507009873554805f * ({input} > 0.f ? {input} : 1.6732632423543772f * expm1f({input})))", flops=5)  # noqa: E501
 _op("celu", POINTWISE, "input, alpha=1.0, inplace=False", "sg_max({input}, 0.f) + sg_min(0.f, {alpha} * expm1f({input} / {alpha}))", flops=5)  # noqa: E501
-_op("mish", POINTWISE, "input, inplace=False", "sg_mish({input})", flops=8)  # noqa: E501
+_op("mish", POINTWISE, "input, inplace=False", "sg_mish({input})", flops=8)
 _op("softsign", POINTWISE, "input", "({input} / (1.f + fabsf({input})))", flops=3)
 _op("logsigmoid", POINTWISE, "input", "(-sg_softplus(-{input}))", flops=5, aliases=("log_sigmoid",))  # noqa: E501
 _op("tanhshrink", POINTWISE, "input", "({input} - tanhf({input}))", flops=5)
