@@ -118,12 +118,33 @@ def get_init_inputs():
     return []
 """
 
+_ORDER = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        top = torch.topk(x, 8, dim=-1).values
+        return torch.cat([top, torch.median(x, dim=-1, keepdim=True).values,
+                          torch.quantile(x, 0.9, dim=-1, keepdim=True)], dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4096, 3000)]  # 4096 lines of 3000 keys, padded to 4096
+
+
+def get_init_inputs():
+    return []
+"""
+
 CASES = {
     "fire_module_cat_in_place": (_FIRE, "written in place by its operands' kernels"),
     "exclusive_cumsum_cat_in_place": (_CUMSUM, "written in place by its operands' kernels"),
     "gemm_batch_norm_columns": (_GEMM_BN, "a lane per column"),
     "repeated_layers_one_kernel": (_REPEATED, ""),
     "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
+    "order_statistics_one_sort": (_ORDER, "bitonic"),
 }
 
 

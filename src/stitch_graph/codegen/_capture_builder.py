@@ -28,6 +28,8 @@ class _Builder:
         else:
             meta = fn(*meta_args, **meta_kwargs)
             call = _qualname(fn)
+        first = isinstance(meta, tuple)  # (values, indices): the node is the values
+        meta = meta[0] if first else meta
         self.count += 1
         name = f"{self.name}__{self.count}"
         info = lookup(op)
@@ -40,6 +42,8 @@ class _Builder:
             bound = {"input": args[0], "shape": rest[0] if len(rest) == 1 else rest}
         dtype = str(meta.dtype).removeprefix("torch.")
         node = OpNode(name, op, bound, tuple(meta.shape), dtype, call, list(args), dict(kwargs))
+        if first:
+            node.attrs["first_of_tuple"] = True  # in PyTorch, the call's first result
         self.ir.nodes.append(node)
         ref = Ref("node", name)
         layout = meta if info.kind == "view" else torch.empty(meta.shape, dtype=meta.dtype, device="meta")  # noqa: E501

@@ -1,5 +1,5 @@
 """Decompositions: composite functional calls (losses, distances, attention, ``einsum``,
-``embedding``, ``normalize``, pixel shuffles, resizing) lowered to registry ops.
+``embedding``, ``normalize``, pixel shuffles, resizing, order statistics) lowered to registry ops.
 
 The registry has no kernel for ``F.cross_entropy`` or ``F.scaled_dot_product_attention``, but it
 has one for each op they are made of; writing them out lets the scheduler fuse those ops like any
@@ -16,11 +16,19 @@ from typing import Any
 import torch
 import torch.fx
 
+from stitch_graph.codegen._capture_arrange import ARRANGE_SIGNATURES, arrange
 from stitch_graph.codegen._capture_base import _subst
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
 from stitch_graph.codegen._capture_compose import COMPOSE_METHODS, COMPOSE_SIGNATURES, compose
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
 from stitch_graph.codegen._capture_names import _canonical_name
+from stitch_graph.codegen._capture_order import (
+    ORDER_METHODS,
+    ORDER_SIGNATURES,
+    order_statistic,
+    returns_pair,
+    values_only,
+)
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, parse_signature
 
@@ -83,14 +91,21 @@ def _decompose(
         if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
             b = _Builder(ir, ours, fx_node.name)
             return b("index", operator.getitem, weight, (idx,))
-    signature = _DECOMPOSE_SIGNATURES.get(name) or COMPOSE_SIGNATURES.get(name)
-    if signature is None or (fx_node.op != "call_function" and name not in COMPOSE_METHODS):
+    if name in ARRANGE_SIGNATURES and fx_node.op == "call_function":
+        return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
+    signature = (
+        _DECOMPOSE_SIGNATURES.get(name) or COMPOSE_SIGNATURES.get(name) or ORDER_SIGNATURES.get(name)
+    )
+    methods = COMPOSE_METHODS | ORDER_METHODS
+    if signature is None or (fx_node.op != "call_function" and name not in methods):
         return None
     info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
     if name == "repeat":  # x.repeat(2, 1) and x.repeat((2, 1))
         sizes = args[1:]
         args = [args[0], list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], list | tuple) else list(sizes)]  # noqa: E501
     a = info.bind(args, kwargs)
+    if name in ORDER_SIGNATURES and returns_pair(name, a) and not values_only(fx_node):
+        return None  # its indices are used: the call stays in PyTorch
     refs = [v for v in _flat_values(a) if isinstance(v, Ref)]
     if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
         return None
@@ -98,6 +113,32 @@ def _decompose(
     b = _Builder(ir, ours, fx_node.name)
     try:
         result = _decompose_call(ir, b, name, a)
+    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
+        result = None
+    if result is None:
+        del ir.nodes[count:]
+    return result
+
+
+def _decompose_arrange(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    ours: dict[Ref, Any],
+) -> Any:
+    """``_capture_arrange``'s calls; ``meshgrid`` and ``cartesian_prod`` take their tensors
+    as positional arguments or as one list."""
+    signature = ARRANGE_SIGNATURES[name]
+    info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
+    tensors = args
+    if name in ("meshgrid", "cartesian_prod"):
+        tensors = list(args[0]) if len(args) == 1 and isinstance(args[0], list | tuple) else args
+        args = []
+    count = len(ir.nodes)
+    try:
+        result = arrange(ir, _Builder(ir, ours, fx_node.name), name, info.bind(args, kwargs), tensors)
     except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
         result = None
     if result is None:
@@ -210,6 +251,8 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return var, b("mean", torch.mean, x, a["dim"], bool(a["keepdim"]))
     if name in ("gru_cell", "lstm_cell"):
         return _rnn_cell(ir, b, name, a)
+    if name in ORDER_SIGNATURES:
+        return order_statistic(ir, b, name, a)
     return compose(ir, b, name, a)
 
 

@@ -9,6 +9,7 @@ through the passes of ``_capture_passes``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import operator
@@ -248,6 +249,11 @@ def _lower_node(
         held, index = _subst(fx_node.args, env)
         if isinstance(held, tuple) and isinstance(index, int):  # of a decomposed tuple
             env[fx_node.name] = held[index]
+            return
+    if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
+        held, attr = _subst(fx_node.args, env)
+        if isinstance(held, tuple) and attr == "values":  # torch.topk(...).values, decomposed
+            env[fx_node.name] = held[0]
             return
     if _is_buffer_update(fx_node, env):
         ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")

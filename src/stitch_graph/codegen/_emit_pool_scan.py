@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase, _literal
+from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _literal
+from stitch_graph.codegen._emit_sort import _SortEmitter
 from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
 from stitch_graph.codegen.schedule import pool_dims
 from stitch_graph.codegen.tuning import KernelTuning
@@ -207,8 +208,8 @@ _SCANS = {
 }
 
 
-class _PoolScanEmitter(_EmitterBase):
-    """Pooling (``pool``) and scan (``scan``) kernels."""
+class _PoolScanEmitter(_SortEmitter):
+    """Pooling (``pool``) and scan (``scan``) kernels; sorts are scans of their own."""
 
     # ---- pooling -------------------------------------------------------------------------------
     def pool(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
@@ -366,6 +367,8 @@ class _PoolScanEmitter(_EmitterBase):
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
+        if node.op == "sort_values":
+            return self.sort_lines(g, kernel, tun)
         x: Ref = node.args["input"]
         xs = ir.shapes[x]
         dim = int(node.args["dim"]) % max(len(xs), 1)

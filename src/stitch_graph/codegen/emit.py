@@ -14,6 +14,7 @@ equivalent convolution (weight transposed and flipped by a small kernel at each 
 else a direct gather kernel; pooling (max, average, adaptive) as a pointwise kernel whose anchor
 value loops over the window, or staged a window row at a time in shared memory; scans (cumsum,
 cumprod, logcumsumexp) with a thread per line or a warp per line (shuffle scan plus carry);
+sorts (the values of sort, topk, kthvalue, median, quantile) as a bitonic sort a block per line;
 ops that read other positions (cat, stack, flip, gather, index, roll,
 pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
 followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
@@ -22,7 +23,8 @@ inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 Layout: the kernel styles live in private modules, one concern each: ``_emit_base`` (constants,
 ``EmitError``, the expression and pointwise core ``_EmitterBase``), ``_emit_reduce``
 (reductions), ``_emit_softmax_norm`` (softmax and normalisations), ``_emit_conv``
-(convolutions), ``_emit_pool_scan`` (pooling and scans) and ``_emit_gemm`` (GEMMs).
+(convolutions), ``_emit_pool_scan`` (pooling and scans), ``_emit_sort`` (sorts) and
+``_emit_gemm`` (GEMMs).
 ``_cat_slices`` finds the concatenations whose operands' kernels can store into them, and
 ``_kernel_merge`` builds kernels that differ only in their names once. This module assembles
 ``_Emitter`` from the mixins and renders the ``ModelNew`` host code.
@@ -172,7 +174,8 @@ def _torch_line(node: OpNode) -> str:
         target = node.call
         rest = ", ".join(args + kwargs)
     imports = "import operator; " if node.call.startswith("operator.") else ""
-    return f"{imports}{node.name} = {target}({rest})"
+    first = "[0]" if node.attrs.get("first_of_tuple") else ""
+    return f"{imports}{node.name} = {target}({rest}){first}"
 
 
 def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]) -> bool:

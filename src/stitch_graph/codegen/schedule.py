@@ -596,7 +596,9 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
     if group.kind == "pool":
         items.append("one thread per output, the window read in a loop; float32 accumulation")
-    if group.kind == "scan":
+    if group.kind == "scan" and ir.node(group.anchor or group.output).op == "sort_values":
+        items.append("bitonic sort per line in shared memory, a block per line, NaN last")
+    elif group.kind == "scan":
         items.append("sequential float32 scan per line: a thread per line, or a warp per line")
     if group.kind == "rnn":
         items.append(

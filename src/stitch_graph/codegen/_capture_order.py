@@ -1,0 +1,111 @@
+"""Order statistics as one sort: ``sort``, ``msort``, ``topk``, ``kthvalue``, ``median`` and
+``quantile`` lowered to ``sort_values`` along a dim plus views and pointwise ops of the result.
+
+Each reads the sorted line at fixed positions, so one kernel (``_emit_sort``) covers them all.
+Only values are generated: a call whose indices are used stays in PyTorch, as do lines of
+``MAX_SORT_LINE`` elements or more and ``topk(sorted=False)``, whose order PyTorch leaves open.
+``median`` and ``quantile`` propagate NaN as PyTorch does: sorted, a line's NaNs come last.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.codegen._capture_builder import _Builder
+from stitch_graph.codegen._emit_sort import MAX_SORT_LINE
+from stitch_graph.codegen.ir import ProgramIR, Ref
+
+ORDER_SIGNATURES = {
+    "sort": "input, dim=-1, descending=False, stable=False",
+    "msort": "input",
+    "topk": "input, k, dim=-1, largest=True, sorted=True",
+    "kthvalue": "input, k, dim=-1, keepdim=False",
+    "median": "input, dim=None, keepdim=False",
+    "quantile": "input, q, dim=None, keepdim=False, interpolation='linear'",
+}
+ORDER_METHODS = frozenset(ORDER_SIGNATURES)
+
+
+def values_only(fx_node: torch.fx.Node) -> bool:
+    """Whether every use of a call's (values, indices) result reads its values."""
+    for user in fx_node.users:
+        is_item = user.target is operator.getitem and user.args[1] == 0
+        is_attr = user.target is builtins.getattr and user.args[1] == "values"
+        if not (is_item or is_attr):
+            return False
+    return True
+
+
+def returns_pair(name: str, a: dict[str, Any]) -> bool:
+    """Whether the call returns (values, indices) rather than a tensor."""
+    return name in ("sort", "topk", "kthvalue") or (name == "median" and a["dim"] is not None)
+
+
+def order_statistic(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
+    """The call's values from one ``sort_values`` node; ``None`` where it does not apply."""
+    x = a["input"]
+    if not isinstance(x, Ref) or ir.dtypes[x] != "float32" or not ir.shapes[x]:
+        return None
+    shape = ir.shapes[x]
+    dim = 0 if name == "msort" else a.get("dim")
+    whole = dim is None  # median() and quantile() of every element
+    if whole:
+        x, dim = b("flatten", torch.flatten, x), 0
+    dim = int(dim) % len(ir.shapes[x])
+    length = ir.shapes[x][dim]
+    if not 0 < length < MAX_SORT_LINE:
+        return None
+    descending = bool(a.get("descending", False) or (name == "topk" and a["largest"]))
+    values = _sorted(ir, b, x, dim, descending)
+    if name in ("sort", "msort"):
+        return (values, None) if name == "sort" else values
+    if name == "topk":
+        k = int(a["k"])
+        if not a["sorted"] or not 0 <= k <= length:
+            return None
+        return b("narrow", torch.narrow, values, dim, 0, k), None
+    keepdim = bool(a.get("keepdim", False))
+    if name == "kthvalue":
+        k = int(a["k"])
+        if not 1 <= k <= length:
+            return None
+        return _pick(b, values, dim, k - 1, keepdim), None
+    last = _pick(b, values, dim, length - 1, keepdim)  # NaN when the line has one
+    nan = b("isnan", torch.isnan, last)
+    if name == "median":
+        middle = _pick(b, values, dim, (length - 1) // 2, keepdim)
+        result = b("where", torch.where, nan, last, middle)
+        return result if whole else (result, None)
+    q = a["q"]
+    if a["interpolation"] != "linear" or not isinstance(q, float | int) or not 0 <= q <= 1:
+        return None
+    rank = float(q) * (length - 1)
+    below = int(rank)
+    above = min(below + 1, length - 1)
+    low = _pick(b, values, dim, below, keepdim)
+    high = _pick(b, values, dim, above, keepdim)
+    result = b("where", torch.where, nan, last, b("lerp", torch.lerp, low, high, rank - below))
+    if whole and keepdim:
+        return b("view", "view", result, *([1] * len(shape)))
+    return result
+
+
+def _sorted(ir: ProgramIR, b: _Builder, x: Ref, dim: int, descending: bool) -> Ref:
+    """The sorted values of ``x`` along ``dim``: one sort however many calls read it."""
+    args = {"input": x, "dim": dim, "descending": descending}
+    for node in ir.nodes:
+        if node.op == "sort_values" and node.args == args:
+            return Ref("node", node.name)
+    return b("sort_values", torch.sort, x, dim, descending)
+
+
+def _pick(b: _Builder, values: Ref, dim: int, index: int, keepdim: bool) -> Ref:
+    """The sorted line's element ``index``, its dim kept as 1 when ``keepdim``."""
+    if keepdim:
+        return b("narrow", torch.narrow, values, dim, index, 1)
+    return b("select", torch.select, values, dim, index)

@@ -1,0 +1,49 @@
+"""Views and the ops written as views of their input: ``diagonal``, ``trace``, ``F.unfold``
+(im2col), ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``. Each must be fully
+generated (nothing left to PyTorch) and match PyTorch in the CPU emulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 6, 8), torch.randn(3, 5, 6, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+EXPRS = [
+    "torch.diagonal(x, dim1=2, dim2=3)[..., 1:] + torch.diagonal(y, offset=1, dim1=-1, dim2=-2)",
+    "torch.trace(x[0, 0]).reshape(1) + x.diagonal(0, 0, 1).sum()",
+    "F.unfold(x, 3)",
+    "F.unfold(torch.relu(x), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1))",
+    "torch.kron(x[0, 0, :4, :3], y[0, 0, :2, :5]) + 1",
+    "torch.kron(x[0, :2], y[1, :3, :2])",
+    "torch.meshgrid(x.flatten()[:4], y.flatten()[:5], indexing='ij')[0] + torch.meshgrid(x.flatten()[:4], y.flatten()[:5], indexing='ij')[1]",  # noqa: E501
+    "torch.meshgrid(x.flatten()[:4], y.flatten()[:5], x.flatten()[7:10], indexing='xy')[2] * 2",
+    "torch.cartesian_prod(x.flatten()[:4], y.flatten()[:3], y.flatten()[5:7])",
+    "torch.renorm(x, 2, 1, 3.0) + torch.renorm(y, 1, 0, 20.0)",
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+def test_the_arrangement_is_generated_and_matches_pytorch(expr: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

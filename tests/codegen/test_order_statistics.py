@@ -1,0 +1,67 @@
+"""Sorting and the order statistics read from it (``topk``, ``kthvalue``, ``median``,
+``quantile``, ``msort``): generated as one bitonic sort per line and matching PyTorch's values
+in the CPU emulation, NaN and infinities included; calls whose indices are used, and lines too
+long for one block's shared memory, stay in PyTorch, declared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    x = torch.randn({shape})
+    x.view(-1)[:4] = torch.tensor([float("inf"), -float("inf"), 0.0, -0.0])
+    x.view(-1)[40] = float("nan")
+    return [x]
+
+
+def get_init_inputs():
+    return []
+"""
+
+EXPRS = [
+    ("torch.sort(x, dim=-1)[0]", "3, 5, 37"),  # a line padded from 37 to 64 keys
+    ("torch.sort(torch.relu(x) - 0.5, dim=1, descending=True).values * 2", "3, 5, 37"),
+    ("x.sort(dim=0)[0] + torch.msort(x)", "6, 4, 9"),  # lines strided across the outer dim
+    ("torch.topk(x, 5, dim=-1)[0] + torch.topk(x, 5, dim=-1, largest=False).values", "4, 3, 50"),
+    ("torch.kthvalue(x, 7, dim=1)[0]", "4, 19, 6"),
+    ("torch.median(x, dim=-1)[0] + torch.median(x, dim=1, keepdim=True).values.sum(-1)", "4, 9, 20"),  # noqa: E501
+    ("torch.median(x) * torch.ones(3)", "4, 9, 20"),
+    ("torch.quantile(x, 0.3, dim=-1, keepdim=True) + torch.quantile(x, 1.0, dim=-1, keepdim=True)", "5, 2, 33"),  # noqa: E501
+    ("torch.quantile(x.flatten(1), 0.75, dim=1)", "6, 3, 2000"),  # 6000 keys: 8192 padded
+]
+
+
+@pytest.mark.parametrize(("expr", "shape"), EXPRS)
+def test_the_order_statistic_is_generated_and_matches_pytorch(
+    expr: str, shape: str, tmp_path: Path
+) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr, shape=shape))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert "bitonic" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(
+    ("expr", "left"),
+    [
+        ("torch.sort(x, dim=-1)[1].float()", "sort"),  # indices
+        ("torch.topk(x, 3, dim=-1, sorted=False)[0]", "topk"),  # an order PyTorch leaves open
+        ("torch.sort(x.flatten(), dim=0)[0]", "sort"),  # 12000 keys: more than a block holds
+    ],
+)
+def test_what_the_sort_cannot_reproduce_stays_in_pytorch(expr: str, left: str) -> None:
+    _, program = generate_checked(_PROBLEM.format(expr=expr, shape="4, 3, 1000"))
+    assert left in program.declared_torch_ops
