@@ -138,6 +138,26 @@ def get_init_inputs():
     return []
 """
 
+_SCATTER = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, src, ids):
+        # 65536 rows added into 512 (a MoE combine or a graph's messages), then one more scatter
+        pooled = torch.zeros_like(x).index_add(0, ids, src)
+        return x.scatter_add(1, (src[:512].abs() * 40).long().clamp(max=255), src[:512]) + pooled
+
+
+def get_inputs():
+    return [torch.randn(512, 256), torch.randn(65536, 256), torch.randint(0, 512, (65536,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
 CASES = {
     "fire_module_cat_in_place": (_FIRE, "written in place by its operands' kernels"),
     "exclusive_cumsum_cat_in_place": (_CUMSUM, "written in place by its operands' kernels"),
@@ -145,6 +165,7 @@ CASES = {
     "repeated_layers_one_kernel": (_REPEATED, ""),
     "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
     "order_statistics_one_sort": (_ORDER, "bitonic"),
+    "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
 }
 
 

@@ -15,6 +15,7 @@ else a direct gather kernel; pooling (max, average, adaptive) as a pointwise ker
 value loops over the window, or staged a window row at a time in shared memory; scans (cumsum,
 cumprod, logcumsumexp) with a thread per line or a warp per line (shuffle scan plus carry);
 sorts (the values of sort, topk, kthvalue, median, quantile) as a bitonic sort a block per line;
+scatters (scatter_add, index_add) as a copy of the input and atomic adds;
 ops that read other positions (cat, stack, flip, gather, index, roll,
 pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
 followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
@@ -23,8 +24,8 @@ inside ``forward`` and are declared in ``Candidate.declared_torch_ops``.
 Layout: the kernel styles live in private modules, one concern each: ``_emit_base`` (constants,
 ``EmitError``, the expression and pointwise core ``_EmitterBase``), ``_emit_reduce``
 (reductions), ``_emit_softmax_norm`` (softmax and normalisations), ``_emit_conv``
-(convolutions), ``_emit_pool_scan`` (pooling and scans), ``_emit_sort`` (sorts) and
-``_emit_gemm`` (GEMMs).
+(convolutions), ``_emit_pool_scan`` (pooling and scans), ``_emit_sort`` (sorts),
+``_emit_scatter`` (scatters) and ``_emit_gemm`` (GEMMs).
 ``_cat_slices`` finds the concatenations whose operands' kernels can store into them, and
 ``_kernel_merge`` builds kernels that differ only in their names once. This module assembles
 ``_Emitter`` from the mixins and renders the ``ModelNew`` host code.
@@ -46,6 +47,7 @@ from stitch_graph.codegen._emit_gemm import _GemmEmitter
 from stitch_graph.codegen._emit_pool_scan import _PoolScanEmitter
 from stitch_graph.codegen._emit_reduce import _ReduceEmitter
 from stitch_graph.codegen._emit_rnn import _RnnEmitter
+from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
 from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
@@ -67,11 +69,18 @@ _STYLES: dict[str, str] = {
     "pool": "pool",
     "scan": "scan",
     "rnn": "rnn",
+    "scatter": "scatter",
 }
 
 
 class _Emitter(
-    _ReduceEmitter, _SoftmaxNormEmitter, _ConvEmitter, _PoolScanEmitter, _GemmEmitter, _RnnEmitter
+    _ReduceEmitter,
+    _SoftmaxNormEmitter,
+    _ConvEmitter,
+    _PoolScanEmitter,
+    _GemmEmitter,
+    _RnnEmitter,
+    _ScatterEmitter,
 ):
     """The emitter of a program: the expression/pointwise core plus one mixin per kernel
     style; ``emit`` dispatches a group to its style through ``_STYLES``."""

@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 RefKind = Literal["input", "param", "node"]
-GroupKind = Literal["pointwise", "reduction", "norm", "softmax", "gemm", "conv", "rnn"]
+GroupKind = Literal[
+    "pointwise", "reduction", "norm", "softmax", "gemm", "conv", "rnn", "scatter"
+]
 
 
 def numel(shape: tuple[int, ...] | list[int]) -> int:

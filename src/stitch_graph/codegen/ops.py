@@ -38,6 +38,7 @@ OpKind = Literal[
     "pool",
     "scan",
     "rnn",
+    "scatter",
     "view",
     "identity",
     "unsupported",
@@ -52,6 +53,7 @@ CONV: OpKind = "conv"
 POOL: OpKind = "pool"
 SCAN: OpKind = "scan"
 RNN: OpKind = "rnn"
+SCATTER: OpKind = "scatter"
 VIEW: OpKind = "view"
 IDENTITY: OpKind = "identity"
 UNSUPPORTED: OpKind = "unsupported"
@@ -353,6 +355,10 @@ _op("cummin_values", SCAN, "input, dim", flops=1, note="cummin(...)[0]: the runn
 _op("sort_values", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[0]: a block per line, bitonic in shared memory; topk, kthvalue, median and quantile read it")  # noqa: E501
 _op("cummax", UNSUPPORTED, "input, dim", note="values as cummax_values; indices stay in PyTorch")  # noqa: E501
 _op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices stay in PyTorch")  # noqa: E501
+# ---- scatters: the input copied, then a thread per source element writes where its index says
+_op("scatter_add", SCATTER, "input, dim, index, src", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
+_op("index_add", SCATTER, "input, dim, index, source, alpha=1", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
+_op("scatter", SCATTER, "input, dim, index, src=None, value=None, reduce=None", flops=0, note="a scalar value only: where indices repeat, PyTorch leaves a tensor's order open")  # noqa: E501
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)

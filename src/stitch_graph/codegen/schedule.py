@@ -69,6 +69,7 @@ _ITEM_KIND = {
     "pool": "reduction",
     "scan": "reduction",
     "rnn": "gemm",
+    "scatter": "pointwise",
 }
 LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
 _HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
@@ -289,6 +290,39 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return "unsupported", f"unsupported: {node.op} ({type(error).__name__}: {error})"
 
 
+def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
+    """Why a scatter stays in PyTorch ("" when it is generated)."""
+    a = node.args
+    x, index = a.get("input"), a.get("index")
+    if not isinstance(x, Ref) or ir.dtypes.get(x) != "float32" or node.dtype != "float32":
+        return "needs a float32 input"
+    if not isinstance(index, Ref) or ir.dtypes.get(index) != "int64":
+        return "needs an int64 index"
+    if not isinstance(a.get("dim"), int):
+        return "dim must be an int"
+    shape, space = ir.shapes[x], ir.shapes[index]
+    dim = a["dim"] % max(len(shape), 1)
+    if node.op == "index_add":
+        source = a.get("source")
+        if not isinstance(source, Ref) or ir.dtypes.get(source) != "float32" or len(space) != 1:
+            return "needs a float32 source and a 1-D index"
+        expected = tuple(space[0] if d == dim else s for d, s in enumerate(shape))
+        return "" if tuple(ir.shapes[source]) == expected else "source shape"
+    src = a.get("src") if a.get("src") is not None else a.get("value")
+    if node.op == "scatter" and (a.get("reduce") is not None or not isinstance(src, int | float)):
+        return "a tensor src or a reduce argument (only a scalar value is generated)"
+    if isinstance(src, Ref) and (
+        ir.dtypes.get(src) != "float32"
+        or len(ir.shapes[src]) != len(space)
+        or any(i > s for i, s in zip(space, ir.shapes[src], strict=True))
+    ):
+        return "src must be float32 and at least the index's size"
+    fits = len(space) == len(shape) and all(
+        i <= s for d, (i, s) in enumerate(zip(space, shape, strict=True)) if d != dim
+    )
+    return "" if fits else "index shape"
+
+
 def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     info = lookup(node.op)
     if info is None or info.kind == "unsupported":
@@ -298,6 +332,9 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     if info.kind == "rnn":
         reason = _rnn_unsupported(ir, node)
         return ("rnn", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
+    if info.kind == "scatter":
+        reason = _scatter_unsupported(ir, node)
+        return ("scatter", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")  # noqa: E501
     dtypes = {ir.dtypes.get(r, "float32") for r in node.tensor_refs()} | {node.dtype}
     if not dtypes <= _DTYPES:
         bad = ", ".join(sorted(dtypes - _DTYPES))
@@ -451,6 +488,8 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 g = group_of.get(ref.name) if ref.kind == "node" else None
                 if g is None or g in candidates or users[g.output] != [node.name]:
                     continue
+                if g.kind == "scatter":
+                    continue  # its threads write positions an index picks: no per-element epilogue
                 if ref.name != g.output:
                     continue
                 out_shape = ir.shapes[Ref("node", g.output)]
@@ -600,6 +639,8 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("bitonic sort per line in shared memory, a block per line, NaN last")
     elif group.kind == "scan":
         items.append("sequential float32 scan per line: a thread per line, or a warp per line")
+    if group.kind == "scatter":
+        items.append("input copied, then a thread per source element: atomicAdd or a store")
     if group.kind == "rnn":
         items.append(
             "per layer and direction: the input projection of all time steps in one cuBLAS SGEMM, "

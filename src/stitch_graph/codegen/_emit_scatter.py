@@ -1,0 +1,119 @@
+"""Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value): the input copied into the
+output, then a thread per source element adding (``atomicAdd``) or storing into the position
+its index names along ``dim``.
+
+Float atomics add in whatever order threads arrive, as PyTorch's CUDA kernels do, so sums agree
+to rounding. A scatter of a tensor stores in an order PyTorch leaves open where indices repeat,
+so only a scalar value is generated. Indices outside the dim write nothing (PyTorch raises).
+``_ScatterEmitter`` is a mixin of ``emit._Emitter``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from stitch_graph.codegen._emit_base import (
+    _MAX_GRID,
+    _TORCH_DTYPE,
+    _Args,
+    _EmitterBase,
+    _literal,
+    _py,
+)
+from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel
+from stitch_graph.codegen.tuning import KernelTuning
+
+
+def _coords(idx: str, shape: tuple[int, ...]) -> list[str]:
+    """``c0..`` of the linear index ``idx`` over ``shape``."""
+    lines = []
+    for d in range(len(shape)):
+        inner = numel(shape[d + 1 :])
+        coord = f"({idx} / {inner})" if inner > 1 else idx
+        lines.append(f"const long long c{d} = {coord} % {shape[d]};")
+    return lines
+
+
+def _at(strides: tuple[int, ...], coords: list[str]) -> str:
+    """The offset of the element at ``coords`` in a tensor of ``strides``."""
+    return " + ".join(f"{c} * {s}" for c, s in zip(coords, strides, strict=True)) or "0"
+
+
+class _ScatterEmitter(_EmitterBase):
+    """The copy and scatter kernels of a ``scatter`` group."""
+
+    def scatter(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """Copy ``input`` into the output, then add or store each source element at its
+        index along ``dim`` (``index_add``: the index of its coordinate along ``dim``)."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        shape = tuple(node.shape)
+        dim = int(node.args["dim"]) % max(len(shape), 1)
+        index: Ref = node.args["index"]
+        block = min(tun.block_size, 1024)
+        total = numel(shape)
+        copy_args = _Args(ir)
+        loaded = copy_args.load(x, shape, "i")
+        copy = [
+            f"// {node.op}: the input copied into the output first",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_copy('
+            f"{copy_args.signature(['float* __restrict__ out'])}) {{",
+            f"  for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {total}; "
+            f"i += (long long)gridDim.x * {block}) {{",
+            f"    out[i] = {loaded};",
+            "  }",
+            "}",
+        ]
+        args = _Args(ir)
+        index_name = args.param(index)
+        out_strides = contiguous_strides(shape)
+        if node.op == "index_add":
+            source: Ref = node.args["source"]
+            space = ir.shapes[source]
+            coords = [f"c{d}" for d in range(len(space))]
+            target = ["j" if d == dim else c for d, c in enumerate(coords)]
+            j = f"{index_name}[c{dim} * {ir.strides[index][0]}]"
+            alpha = float(node.args.get("alpha", 1))
+            value = f"{args.param(source)}[{_at(ir.strides[source], coords)}]"
+            value = value if alpha == 1 else f"{_literal(alpha)} * {value}"
+            write = "atomicAdd(&out[o], v);"
+        else:
+            space = ir.shapes[index]
+            coords = [f"c{d}" for d in range(len(space))]
+            target = ["j" if d == dim else c for d, c in enumerate(coords)]
+            j = f"{index_name}[{_at(ir.strides[index], coords)}]"
+            src = node.args["src"] if node.args.get("src") is not None else node.args["value"]
+            if isinstance(src, Ref):
+                value = f"{args.param(src)}[{_at(ir.strides[src], coords)}]"
+            else:
+                value = _literal(float(src))
+            write = "atomicAdd(&out[o], v);" if node.op == "scatter_add" else "out[o] = v;"
+        count = numel(space)
+        src_lines = [
+            f"// {node.op} along dim {dim}: a thread per source element, "
+            + ("atomicAdd" if "atomicAdd" in write else "a store"),
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature(['float* __restrict__ out'])}) {{",
+            f"  for (long long e = (long long)blockIdx.x * {block} + threadIdx.x; e < {count}; "
+            f"e += (long long)gridDim.x * {block}) {{",
+            *(f"    {line}" for line in _coords("e", space)),
+            f"    const long long j = {j};",
+            f"    if (j < 0 || j >= {shape[dim]}) continue;",
+            f"    const long long o = {_at(out_strides, target)};",
+            f"    const float v = {value};",
+            f"    {write}",
+            "  }",
+            "}",
+        ]
+        self.kernels.extend(["\n".join(copy), "\n".join(src_lines)])
+        copy_grid = max(1, min(math.ceil(total / block), _MAX_GRID))
+        grid = max(1, min(math.ceil(count / block), _MAX_GRID))
+        copy_py = ", ".join([*(_py(r) for r in copy_args.refs), node.name])
+        py = ", ".join([*(_py(r) for r in args.refs), node.name])
+        return [
+            f"{node.name} = torch.empty({list(shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE['float32']})",
+            f"KERNELS.{kernel}_copy({copy_grid}, {block}, {copy_py})",
+            f"KERNELS.{kernel}({grid}, {block}, {py})",
+        ]

@@ -1,0 +1,54 @@
+"""Scatters: ``scatter_add``, ``index_add`` (repeated indices, ``alpha``) and ``scatter`` of a
+value, as a copy of the input and a thread per source element; each fully generated and
+matching PyTorch in the CPU emulation. A scatter of a tensor stays in PyTorch (its order where
+indices repeat is PyTorch's to choose), as do indices that are not int64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 6, 8), torch.randn(3, 5, 6, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+_INDEX = "(y.abs() * 5).long().clamp(max=7)"
+
+EXPRS = [
+    f"x.scatter_add(3, {_INDEX}, torch.relu(y)) * 2",  # repeated indices add up
+    f"torch.scatter_add(x, 1, {_INDEX}.clamp(max=4)[:, :3, :4], y)",  # an index smaller than src
+    "x.index_add(3, torch.tensor([0, 5, 5]), y[..., :3], alpha=0.5) + 1",
+    "x.index_add(0, torch.tensor([2, 0]), y[:2])",
+    f"x.scatter(2, {_INDEX}.clamp(max=5), 1.5) + x.scatter(3, {_INDEX}, value=-2.0)",
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert "_copy(" in program.host_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(
+    "expr", [f"x.scatter(3, {_INDEX}, y)", f"x.scatter_add(3, {_INDEX}.int(), y)"]
+)
+def test_a_scatter_it_cannot_reproduce_stays_in_pytorch(expr: str) -> None:
+    _, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert "scatter" in program.declared_torch_ops or "scatter_add" in program.declared_torch_ops
