@@ -172,6 +172,8 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "bilinear_upsample": (_problem("torch.relu(F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)) + 1.0", f"{R}(2, 3, 5, 6)"), None),  # noqa: E501
     "bilinear_size_align_corners": (_problem("self.up(x)", f"{R}(2, 3, 5, 6)", "self.up = nn.Upsample(size=(9, 13), mode='bilinear', align_corners=True)"), None),  # noqa: E501
     "linear_downsample_1d": (_problem("F.interpolate(x, size=5, mode='linear') * 2.0", f"{R}(2, 3, 11)"), None),  # noqa: E501
+    "bicubic_upsample": (_problem("F.interpolate(x, scale_factor=2, mode='bicubic', align_corners=False) + 1.0", f"{R}(2, 3, 5, 6)"), None),  # noqa: E501
+    "bicubic_size_align_corners": (_problem("self.up(torch.relu(x))", f"{R}(2, 3, 5, 6)", "self.up = nn.Upsample(size=(9, 4), mode='bicubic', align_corners=True)"), None),  # noqa: E501
     # ---- pointwise ops added from sweeps
     "pointwise_grid_stride_capped": (_problem("torch.sigmoid(x) * y + 1.0", f"{R}(6, 40), {R}(6, 40)", params="x, y"), Tuning(default=KernelTuning(grid_waves=32))),  # noqa: E501
     "shrinks_and_frac": (_problem("F.softshrink(x, 0.3) + F.hardshrink(x, 0.7) + torch.frac(x * 3.0)", f"{R}(4, 33)"), None),  # noqa: E501
@@ -236,7 +238,7 @@ def test_unknown_ops_stay_in_pytorch_declared(tmp_path: Path) -> None:
     "call",
     [
         "F.interpolate(x, scale_factor=3)",  # floor(i * (1 / 3)) is not exact in float32
-        "F.interpolate(x, scale_factor=2, mode='bicubic', align_corners=False)",
+        "F.interpolate(x, scale_factor=2, mode='bicubic', antialias=True)",
         "F.normalize(x, p=1.0, dim=1)",
     ],
 )

@@ -214,7 +214,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     if name in ("pixel_shuffle", "pixel_unshuffle"):
         return _pixel_shuffle(ir, b, a, name == "pixel_shuffle")
     if name == "interpolate":
-        if a["mode"] in ("linear", "bilinear"):
+        if a["mode"] in ("linear", "bilinear", "bicubic"):
             return _linear_upsample(ir, b, a)
         return _nearest_upsample(ir, b, a)
     if name == "pairwise_distance":
@@ -402,14 +402,14 @@ def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | No
 
 
 def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='linear' | 'bilinear')``: per resized dim, two gathers of the input
-    along it and a blend, with source indices and weights computed as PyTorch computes them
-    (in float32) and baked; the last dim first, as PyTorch blends."""
+    """``interpolate(mode='linear' | 'bilinear' | 'bicubic')``: per resized dim, two gathers of
+    the input along it (four for bicubic) and a blend, with source indices and weights computed
+    as PyTorch computes them (in float32) and baked; the last dim first, as PyTorch blends."""
     x = a["input"]
     if not isinstance(x, Ref) or a["antialias"] or ir.dtypes[x] != "float32":
         return None
     shape = ir.shapes[x]
-    nd = {"linear": 1, "bilinear": 2}[a["mode"]]
+    nd = {"linear": 1, "bilinear": 2, "bicubic": 2}[a["mode"]]
     if len(shape) != nd + 2:
         return None
     spatial = shape[2:]
@@ -426,39 +426,70 @@ def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | Non
         return None
     out = x
     for j in reversed(range(nd)):  # PyTorch blends along the last dim inside the first's
-        tables = _linear_tables(spatial[j], int(size[j]), scales[j], bool(a["align_corners"]))
-        low, high, w_low, w_high = (b.constant(t) for t in tables)
+        tables = (_cubic_tables if a["mode"] == "bicubic" else _linear_tables)(
+            spatial[j], int(size[j]), scales[j], bool(a["align_corners"])
+        )
         dim = 2 + j
         view = [1] * (nd + 2)
         view[dim] = int(size[j])
         lead = (slice(None),) * dim
-        # each gather read once, so the scheduler puts both and the blend in one kernel
-        near = b("index", operator.getitem, out, (*lead, low))
-        far = b("index", operator.getitem, out, (*lead, high))
-        out = b(
-            "add",
-            torch.add,
-            b("mul", torch.mul, near, b("view", "view", w_low, *view)),
-            b("mul", torch.mul, far, b("view", "view", w_high, *view)),
-        )
+        # each gather read once, so the scheduler puts them and the blend in one kernel
+        blend = None
+        for index, weight in tables:
+            tap = b("index", operator.getitem, out, (*lead, b.constant(index)))
+            term = b("mul", torch.mul, tap, b("view", "view", b.constant(weight), *view))
+            blend = term if blend is None else b("add", torch.add, blend, term)
+        out = blend
     return out
 
 
-def _linear_tables(
-    length: int, size: int, scale: float | None, align_corners: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Source indices (low, high) and their weights for each of ``size`` outputs."""
+def _source(
+    length: int, size: int, scale: float | None, align_corners: bool, *, cubic: bool
+) -> torch.Tensor:
+    """Each of ``size`` outputs' source coordinate, in float32 as PyTorch computes it (not
+    clamped at zero for cubic)."""
     if align_corners:
         ratio = (length - 1) / (size - 1) if size > 1 else 0.0
     else:
         ratio = 1.0 / scale if scale is not None and scale > 0 else length / size
     ratio32 = torch.tensor(ratio, dtype=torch.float32)
     dst = torch.arange(size, dtype=torch.float32)
-    src = ratio32 * dst if align_corners else (ratio32 * (dst + 0.5) - 0.5).clamp_min(0.0)
+    if align_corners:
+        return ratio32 * dst
+    src = ratio32 * (dst + 0.5) - 0.5
+    return src if cubic else src.clamp_min(0.0)
+
+
+def _linear_tables(
+    length: int, size: int, scale: float | None, align_corners: bool
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Source indices (low, high) and their weights for each of ``size`` outputs."""
+    src = _source(length, size, scale, align_corners, cubic=False)
     low = src.to(torch.int64).clamp_max(length - 1)
     high = torch.where(low < length - 1, low + 1, low)
     w_high = (src - low.to(torch.float32)).clamp(0.0, 1.0)
-    return low, high, 1.0 - w_high, w_high
+    return [(low, 1.0 - w_high), (high, w_high)]
+
+
+def _cubic_tables(
+    length: int, size: int, scale: float | None, align_corners: bool
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The four taps' source indices (clamped into the input) and Keys cubic convolution
+    weights (A = -0.75), as PyTorch's bicubic upsampling computes them."""
+    a = -0.75
+    src = _source(length, size, scale, align_corners, cubic=True)
+    start = torch.floor(src)
+    t = src - start
+
+    def near(x: torch.Tensor) -> torch.Tensor:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: torch.Tensor) -> torch.Tensor:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    weights = [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    first = start.to(torch.int64) - 1
+    return [((first + k).clamp(0, length - 1), w) for k, w in enumerate(weights)]
 
 
 def _distance(
