@@ -8,7 +8,7 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
 ``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``cdist``, ``rrelu`` and the other dropouts
-outside training. Each must be fully
+outside training; ``nansum``, ``dist``, ``matrix_norm`` and ``atleast_nd``. Each must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
 """
 
@@ -89,6 +89,10 @@ EXPRS = [
     "torch.rot90(y, 2, (2, 3)) + torch.rot90(y, -1, (2, 3)).transpose(2, 3) + torch.rot90(y[0, 0], 2)[0]",  # noqa: E501
     "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",
     "torch.cross(y[..., :3], x.clamp(-5, 5)[..., 3:6], dim=-1)",
+    "torch.nansum(torch.where(y > 1, torch.log(y - 2), y), dim=-1) + torch.nansum(x.clamp(-5, 5))",  # noqa: E501
+    "torch.dist(x.clamp(-5, 5), y).reshape(1) + torch.dist(y, y * 2, p=1)",
+    "torch.linalg.matrix_norm(y) + torch.linalg.matrix_norm(y, keepdim=True).sum(-1).sum(-1)",
+    "torch.atleast_2d(y[0, 0, 0]) + torch.atleast_3d(y[0, 0, 1]).sum(-1) + torch.atleast_1d(y[0, 0, 0, 0])",  # noqa: E501
     "torch.logcumsumexp(y, dim=-1) + torch.logcumsumexp(x, dim=1)",  # warp and thread scans
     "torch.cummax(y, dim=-1)[0] + torch.cummin(x, dim=1)[0] * 0.5",
     "F.rrelu(y) + F.alpha_dropout(y, 0.3) + F.dropout2d(y, 0.3, training=False)",

@@ -1,7 +1,8 @@
 """Sorting and the order statistics read from it (``topk``, ``kthvalue``, ``median``,
-``quantile``, ``msort``): generated as one bitonic sort per line and matching PyTorch's values
-in the CPU emulation, NaN and infinities included; calls whose indices are used, and lines too
-long for one block's shared memory, stay in PyTorch, declared."""
+``quantile``, ``msort``, ``argsort``): generated as one bitonic sort per line and matching
+PyTorch's values and indices in the CPU emulation, NaN, infinities and signed zeros included;
+``median``'s indices, and lines too long for one block's shared memory, stay in PyTorch,
+declared."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ EXPRS = [
     ("torch.median(x) * torch.ones(3)", "4, 9, 20"),
     ("torch.quantile(x, 0.3, dim=-1, keepdim=True) + torch.quantile(x, 1.0, dim=-1, keepdim=True)", "5, 2, 33"),  # noqa: E501
     ("torch.quantile(x.flatten(1), 0.75, dim=1)", "6, 3, 2000"),  # 6000 keys: 8192 padded
+    # ties (the two zeros) in the order a stable sort keeps; an unstable one may swap them
+    ("torch.argsort(x, dim=-1, stable=True).float() + torch.sort(x, dim=0, descending=True)[1].float()", "3, 5, 37"),  # noqa: E501
+    ("torch.topk(x, 4, dim=1).indices.float() * torch.topk(x, 4, dim=1).values", "4, 19, 6"),  # noqa: E501
+    ("torch.kthvalue(x, 5, dim=-1, keepdim=True)[1].float()", "4, 3, 50"),
+    ("torch.argsort(x.flatten(1), dim=1, descending=True, stable=True).float()", "6, 3, 1300"),  # noqa: E501
 ]
 
 
@@ -57,9 +63,10 @@ def test_the_order_statistic_is_generated_and_matches_pytorch(
 @pytest.mark.parametrize(
     ("expr", "left"),
     [
-        ("torch.sort(x, dim=-1)[1].float()", "sort"),  # indices
+        ("torch.median(x, dim=-1)[1].float()", "median"),  # its indices
         ("torch.topk(x, 3, dim=-1, sorted=False)[0]", "topk"),  # an order PyTorch leaves open
         ("torch.sort(x.flatten(), dim=0)[0]", "sort"),  # 12000 keys: more than a block holds
+        ("torch.argsort(x.reshape(2, 6000), dim=1).float() * 2", "argsort"),  # 6000 with positions
     ],
 )
 def test_what_the_sort_cannot_reproduce_stays_in_pytorch(expr: str, left: str) -> None:

@@ -138,6 +138,27 @@ def get_init_inputs():
     return []
 """
 
+_ARGSORT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        # a router's choice: each row's top 4 of 64 experts, their indices and weights
+        top = torch.topk(x, 4, dim=-1)
+        return torch.cat([top.indices.float(), torch.softmax(top.values, dim=-1),
+                          torch.argsort(x, dim=-1, descending=True).float()], dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(32768, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 _SCATTER = """
 import torch
 import torch.nn as nn
@@ -166,6 +187,7 @@ CASES = {
     "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
     "order_statistics_one_sort": (_ORDER, "bitonic"),
     "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
+    "topk_and_argsort_indices": (_ARGSORT, "positions"),
 }
 
 

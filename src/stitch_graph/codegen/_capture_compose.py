@@ -1,7 +1,8 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
-``nanmean``, p-norms, ``aminmax``), products (``baddbmm``, ``outer``, ``cross``), copies and
-rearrangements (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``,
-``embedding_bag``, ``bucketize``, ``cdist``), a few functions (``logit``, ``softmin``,
+``nanmean``, ``nansum``, p-norms, ``dist``, ``matrix_norm``, ``aminmax``), products
+(``baddbmm``, ``outer``, ``cross``), views (``atleast_nd``), copies and rearrangements
+(``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``, ``embedding_bag``,
+``bucketize``, ``cdist``), a few functions (``logit``, ``softmin``,
 ``local_response_norm``, ``lp_pool``) and losses
 (hinge and cosine embedding, margin ranking, Poisson NLL).
 
@@ -39,6 +40,12 @@ COMPOSE_SIGNATURES = {
     "all": "input, dim=None, keepdim=False",
     "count_nonzero": "input, dim=None",
     "nanmean": "input, dim=None, keepdim=False, dtype=None",
+    "nansum": "input, dim=None, keepdim=False, dtype=None",
+    "dist": "input, other, p=2",
+    "linalg_matrix_norm": "input, ord='fro', dim=None, keepdim=False, dtype=None",
+    "atleast_1d": "input",
+    "atleast_2d": "input",
+    "atleast_3d": "input",
     "std_mean": "input, dim=None, unbiased=None, keepdim=False, correction=None",
     "aminmax": "input, dim=None, keepdim=False",
     "norm": "input, p='fro', dim=None, keepdim=False, dtype=None",
@@ -62,7 +69,7 @@ COMPOSE_SIGNATURES = {
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
     "diff", "repeat", "tile", "repeat_interleave", "take_along_dim", "rot90", "cross",
-    "tensordot",
+    "tensordot", "nansum",
 })
 
 
@@ -166,6 +173,25 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
             return b("div", torch.div, b("sum", torch.sum, kept), b("sum", torch.sum, counted))
         total = b("sum", torch.sum, kept, dim, keep)
         return b("div", torch.div, total, b("sum", torch.sum, counted, dim, keep))
+    if name == "nansum" and a["dtype"] is None and floating:
+        kept = b("where", torch.where, b("isnan", torch.isnan, x), 0.0, x)
+        if a["dim"] is None:
+            return b("sum", torch.sum, kept)
+        return b("sum", torch.sum, kept, a["dim"], bool(a["keepdim"]))
+    if name == "dist" and floating and isinstance(a["other"], Ref):
+        return _vector_norm(b, b("sub", torch.sub, x, a["other"]), a["p"], None, False) or b(
+            "norm", torch.norm, b("sub", torch.sub, x, a["other"])
+        )
+    if name == "linalg_matrix_norm" and floating and a["ord"] == "fro" and a["dtype"] is None:
+        dims = [-2, -1] if a["dim"] is None else list(a["dim"])
+        return b("norm", torch.norm, x, 2, dims, bool(a["keepdim"]))
+    if name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+        shape = list(ir.shapes[x])
+        rank = int(name[-2])
+        if len(shape) >= rank:
+            return x
+        grown = {0: [1] * rank, 1: [1, *shape] + [1] * (rank - 2), 2: [1, *shape]}[len(shape)]
+        return b("view", "view", x, *grown[:rank])
     if name == "std_mean":
         how = {k: a[k] for k in ("unbiased", "correction") if a[k] is not None}
         std = b("std", torch.std, x, a["dim"], keepdim=bool(a["keepdim"]), **how)

@@ -27,7 +27,7 @@ from stitch_graph.codegen._capture_order import (
     ORDER_SIGNATURES,
     order_statistic,
     returns_pair,
-    values_only,
+    uses,
 )
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, parse_signature
@@ -104,8 +104,11 @@ def _decompose(
         sizes = args[1:]
         args = [args[0], list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], list | tuple) else list(sizes)]  # noqa: E501
     a = info.bind(args, kwargs)
-    if name in ORDER_SIGNATURES and returns_pair(name, a) and not values_only(fx_node):
-        return None  # its indices are used: the call stays in PyTorch
+    if name in ORDER_SIGNATURES and returns_pair(name, a):
+        used = uses(fx_node)
+        if used is None:
+            return None  # the pair itself is passed on: the call stays in PyTorch
+        a = {**a, "_indices": 1 in used}
     refs = [v for v in _flat_values(a) if isinstance(v, Ref)]
     if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
         return None
@@ -252,7 +255,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     if name in ("gru_cell", "lstm_cell"):
         return _rnn_cell(ir, b, name, a)
     if name in ORDER_SIGNATURES:
-        return order_statistic(ir, b, name, a)
+        return order_statistic(ir, b, name, a, bool(a.get("_indices")))
     return compose(ir, b, name, a)
 
 

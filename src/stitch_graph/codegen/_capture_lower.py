@@ -252,8 +252,8 @@ def _lower_node(
             return
     if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
         held, attr = _subst(fx_node.args, env)
-        if isinstance(held, tuple) and attr == "values":  # torch.topk(...).values, decomposed
-            env[fx_node.name] = held[0]
+        if isinstance(held, tuple) and attr in ("values", "indices"):  # torch.topk(...).values
+            env[fx_node.name] = held[0 if attr == "values" else 1]
             return
     if _is_buffer_update(fx_node, env):
         ir.notes.append(f"{fx_node.name}: in-place update of a buffer dropped (running stats)")

@@ -1,9 +1,12 @@
-"""Order statistics as one sort: ``sort``, ``msort``, ``topk``, ``kthvalue``, ``median`` and
-``quantile`` lowered to ``sort_values`` along a dim plus views and pointwise ops of the result.
+"""Order statistics as one sort: ``sort``, ``argsort``, ``msort``, ``topk``, ``kthvalue``,
+``median`` and ``quantile`` lowered to ``sort_values`` / ``sort_indices`` along a dim plus views
+and pointwise ops of the result.
 
 Each reads the sorted line at fixed positions, so one kernel (``_emit_sort``) covers them all.
-Only values are generated: a call whose indices are used stays in PyTorch, as do lines of
-``MAX_SORT_LINE`` elements or more and ``topk(sorted=False)``, whose order PyTorch leaves open.
+Indices are generated for ``sort``, ``argsort``, ``topk`` and ``kthvalue`` (lines under
+``MAX_ARGSORT_LINE``); ties keep their order, which is ``stable=True``'s order and one of the
+orders PyTorch's unstable sort may give. ``median``'s indices, lines of ``MAX_SORT_LINE``
+elements or more and ``topk(sorted=False)``, whose order PyTorch leaves open, stay in PyTorch.
 ``median`` and ``quantile`` propagate NaN as PyTorch does: sorted, a line's NaNs come last.
 """
 
@@ -17,11 +20,12 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_builder import _Builder
-from stitch_graph.codegen._emit_sort import MAX_SORT_LINE
+from stitch_graph.codegen._emit_sort import MAX_ARGSORT_LINE, MAX_SORT_LINE
 from stitch_graph.codegen.ir import ProgramIR, Ref
 
 ORDER_SIGNATURES = {
     "sort": "input, dim=-1, descending=False, stable=False",
+    "argsort": "input, dim=-1, descending=False, stable=False",
     "msort": "input",
     "topk": "input, k, dim=-1, largest=True, sorted=True",
     "kthvalue": "input, k, dim=-1, keepdim=False",
@@ -31,14 +35,18 @@ ORDER_SIGNATURES = {
 ORDER_METHODS = frozenset(ORDER_SIGNATURES)
 
 
-def values_only(fx_node: torch.fx.Node) -> bool:
-    """Whether every use of a call's (values, indices) result reads its values."""
+def uses(fx_node: torch.fx.Node) -> set[int] | None:
+    """Which of a (values, indices) result's elements the program reads; ``None`` when the
+    pair itself is used in another way."""
+    used = set()
     for user in fx_node.users:
-        is_item = user.target is operator.getitem and user.args[1] == 0
-        is_attr = user.target is builtins.getattr and user.args[1] == "values"
-        if not (is_item or is_attr):
-            return False
-    return True
+        if user.target is operator.getitem and user.args[1] in (0, 1):
+            used.add(int(user.args[1]))
+        elif user.target is builtins.getattr and user.args[1] in ("values", "indices"):
+            used.add(0 if user.args[1] == "values" else 1)
+        else:
+            return None
+    return used
 
 
 def returns_pair(name: str, a: dict[str, Any]) -> bool:
@@ -46,8 +54,11 @@ def returns_pair(name: str, a: dict[str, Any]) -> bool:
     return name in ("sort", "topk", "kthvalue") or (name == "median" and a["dim"] is not None)
 
 
-def order_statistic(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
-    """The call's values from one ``sort_values`` node; ``None`` where it does not apply."""
+def order_statistic(
+    ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], indices: bool = False
+) -> Any:
+    """The call's values (and indices, where ``indices``) from one sort of the line; ``None``
+    where the rule does not apply."""
     x = a["input"]
     if not isinstance(x, Ref) or ir.dtypes[x] != "float32" or not ir.shapes[x]:
         return None
@@ -58,23 +69,29 @@ def order_statistic(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         x, dim = b("flatten", torch.flatten, x), 0
     dim = int(dim) % len(ir.shapes[x])
     length = ir.shapes[x][dim]
-    if not 0 < length < MAX_SORT_LINE:
+    indices = indices or name == "argsort"
+    if not 0 < length < (MAX_ARGSORT_LINE if indices else MAX_SORT_LINE):
         return None
     descending = bool(a.get("descending", False) or (name == "topk" and a["largest"]))
-    values = _sorted(ir, b, x, dim, descending)
-    if name in ("sort", "msort"):
-        return (values, None) if name == "sort" else values
+    values = _sorted(ir, b, x, dim, descending, "sort_values", torch.sort)
+    order = _sorted(ir, b, x, dim, descending, "sort_indices", torch.argsort) if indices else None
+    if name in ("sort", "msort", "argsort"):
+        return {"sort": (values, order), "msort": values, "argsort": order}[name]
     if name == "topk":
         k = int(a["k"])
         if not a["sorted"] or not 0 <= k <= length:
             return None
-        return b("narrow", torch.narrow, values, dim, 0, k), None
+        first = [b("narrow", torch.narrow, t, dim, 0, k) if t else None for t in (values, order)]
+        return tuple(first)
     keepdim = bool(a.get("keepdim", False))
     if name == "kthvalue":
         k = int(a["k"])
         if not 1 <= k <= length:
             return None
-        return _pick(b, values, dim, k - 1, keepdim), None
+        picked = [_pick(b, t, dim, k - 1, keepdim) if t else None for t in (values, order)]
+        return tuple(picked)
+    if indices:
+        return None  # median's index of a NaN line is PyTorch's own choice
     last = _pick(b, values, dim, length - 1, keepdim)  # NaN when the line has one
     nan = b("isnan", torch.isnan, last)
     if name == "median":
@@ -95,13 +112,16 @@ def order_statistic(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     return result
 
 
-def _sorted(ir: ProgramIR, b: _Builder, x: Ref, dim: int, descending: bool) -> Ref:
-    """The sorted values of ``x`` along ``dim``: one sort however many calls read it."""
+def _sorted(
+    ir: ProgramIR, b: _Builder, x: Ref, dim: int, descending: bool, op: str, fn: Any
+) -> Ref:
+    """The sorted values (or positions) of ``x`` along ``dim``: one sort however many calls
+    read it."""
     args = {"input": x, "dim": dim, "descending": descending}
     for node in ir.nodes:
-        if node.op == "sort_values" and node.args == args:
+        if node.op == op and node.args == args:
             return Ref("node", node.name)
-    return b("sort_values", torch.sort, x, dim, descending)
+    return b(op, fn, x, dim, descending)
 
 
 def _pick(b: _Builder, values: Ref, dim: int, index: int, keepdim: bool) -> Ref:

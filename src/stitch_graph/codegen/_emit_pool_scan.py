@@ -367,7 +367,7 @@ class _PoolScanEmitter(_SortEmitter):
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
-        if node.op == "sort_values":
+        if node.op in ("sort_values", "sort_indices"):
             return self.sort_lines(g, kernel, tun)
         x: Ref = node.args["input"]
         xs = ir.shapes[x]

@@ -353,6 +353,7 @@ _op("logcumsumexp", SCAN, "input, dim", flops=4)
 _op("cummax_values", SCAN, "input, dim", flops=1, note="cummax(...)[0]: the running maximum")
 _op("cummin_values", SCAN, "input, dim", flops=1, note="cummin(...)[0]: the running minimum")
 _op("sort_values", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[0]: a block per line, bitonic in shared memory; topk, kthvalue, median and quantile read it")  # noqa: E501
+_op("sort_indices", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[1], argsort: the bitonic sort of positions riding in each key's low bits (ties keep their order)")  # noqa: E501
 _op("cummax", UNSUPPORTED, "input, dim", note="values as cummax_values; indices stay in PyTorch")  # noqa: E501
 _op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices stay in PyTorch")  # noqa: E501
 # ---- scatters: the input copied, then a thread per source element writes where its index says
@@ -391,8 +392,8 @@ _op("identity", IDENTITY, "input", flops=0)
 _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("rrelu", UNSUPPORTED, "input, lower=0.125, upper=0.3333333333333333, training=False, inplace=False", note="outside training a leaky_relu of the mean slope; in training the slopes are drawn")  # noqa: E501
-_op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="its values are generated as sort_values; indices, and lines of 8192 elements or more, stay in PyTorch")  # noqa: E501
-_op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="its values are generated from sort_values (sorted=True only); indices stay in PyTorch")  # noqa: E501
+_op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="generated as sort_values and sort_indices; lines of 8192 elements or more (4096 with indices) stay in PyTorch")  # noqa: E501
+_op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="generated from sort_values and sort_indices (sorted=True only)")  # noqa: E501
 _op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
 # fmt: on
 

@@ -370,7 +370,8 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return ("pool", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
     if info.kind == "scan":
         src = node.args.get("input")
-        if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != "float32":
+        out_dtype = "int64" if node.op == "sort_indices" else "float32"
+        if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != out_dtype:
             return "unsupported", f"unsupported: {node.op} (needs float32 input and output)"
         if not isinstance(node.args.get("dim"), int):
             return "unsupported", f"unsupported: {node.op} (dim must be an int)"
@@ -635,7 +636,7 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("accumulate in float32 with warp shuffles, shared memory across warps")
     if group.kind == "pool":
         items.append("one thread per output, the window read in a loop; float32 accumulation")
-    if group.kind == "scan" and ir.node(group.anchor or group.output).op == "sort_values":
+    if group.kind == "scan" and ir.node(group.anchor or group.output).op.startswith("sort_"):
         items.append("bitonic sort per line in shared memory, a block per line, NaN last")
     elif group.kind == "scan":
         items.append("sequential float32 scan per line: a thread per line, or a warp per line")
