@@ -112,6 +112,22 @@ def test_a_run_folder_is_verified_as_its_program_not_its_export(tmp_path):
     assert verdict.verdict == "accepted" and verdict.form == "nvrtc", verdict.reasons
 
 
+def test_an_export_is_verified_as_the_program_it_embeds_and_only_unchanged(tmp_path):
+    """The export's wrapper reads the reference and execs its host: refused in a file written
+    elsewhere, so an unchanged export is checked as its program, a changed one as a file."""
+    from stitch_graph.execution import export_kernelbench, load_candidate_dir
+    from stitch_graph.task import load_task
+
+    program, _ = load_candidate_dir(CORPUS / "honest" / "project_nvrtc_bias_relu")
+    exported = tmp_path / "model_new.py"
+    exported.write_text(export_kernelbench(program, load_task(str(BIAS_RELU))))
+    verdict = verify_files(BIAS_RELU, exported, gpu=False)
+    assert verdict.verdict == "accepted" and verdict.form == "nvrtc", verdict.reasons
+    exported.write_text(exported.read_text().replace("super().__init__(*init_args)", "super().__init__(*init_args)  # changed"))  # noqa: E501
+    verdict = verify_files(BIAS_RELU, exported, gpu=False)
+    assert verdict.verdict == "rejected" and verdict.form == "external"
+
+
 def test_several_candidates_give_a_list_and_the_worst_exit_status():
     code, out, _ = _run(
         [

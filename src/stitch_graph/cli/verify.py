@@ -125,7 +125,7 @@ def verify_files(
     except TaskLoadError as exc:
         return _bad_input(f"the problem does not load: {exc}", shown_problem, shown_candidate)
     try:
-        candidate = read_candidate(candidate_path)
+        candidate = read_candidate(candidate_path, task)
     except CandidateInputError as exc:
         return _bad_input(str(exc), shown_problem, shown_candidate)
 

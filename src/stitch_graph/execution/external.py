@@ -5,7 +5,8 @@ Another agent system, a person or a policy in training writes one Python file th
 ``torch.utils.cpp_extension.load_inline``, a ctypes library built with nvcc). Such a file is the
 program form ``external``: its whole text is the host source, nothing is injected, and the worker
 builds it by executing it, exactly as KernelBench's evaluator does. A folder in the project's own
-layout (``host.py``, ``candidate.json``, ``kernel.cu``) is read as the form it names.
+layout (``host.py``, ``candidate.json``, ``kernel.cu``) is read as the form it names, and this
+version's own KernelBench export of the problem as the program it embeds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from stitch_graph.artifacts import Candidate, Task
 from stitch_graph.execution.executor import Executor
+from stitch_graph.execution.export import embedded_candidate
 from stitch_graph.execution.files import load_candidate_dir
 from stitch_graph.execution.prebuild import BuildOutcome, prebuild_external
 from stitch_graph.execution.round import VerificationOutcome, verify_candidate
@@ -66,7 +68,7 @@ def _run_folder_candidate(folder: Path) -> Candidate:
     )
 
 
-def read_candidate(path: str | Path) -> Candidate:
+def read_candidate(path: str | Path, task: Task | None = None) -> Candidate:
     """Read a candidate from a KernelBench ``ModelNew`` file or a project candidate folder.
 
     Args:
@@ -74,6 +76,8 @@ def read_candidate(path: str | Path) -> Candidate:
             ``candidate.json`` (the form it names), or a run folder of ``stitch-graph
             optimize`` (``program.cu`` and ``host.py``, form ``nvrtc``; its ``model_new.py``
             is an export that embeds the reference, so it is not what gets verified).
+        task: The problem, when known: a ``.py`` file that is exactly this version's
+            export for it gives the program it embeds (``export.embedded_candidate``).
 
     Returns:
         The candidate.
@@ -109,7 +113,8 @@ def read_candidate(path: str | Path) -> Candidate:
     except (OSError, UnicodeDecodeError) as exc:
         msg = f"cannot read {where}: {exc}; pass a readable UTF-8 Python file"
         raise CandidateInputError(msg) from exc
-    return external_candidate(text, notes=f"read from {where.name}")
+    embedded = embedded_candidate(text, task) if task is not None else None
+    return embedded or external_candidate(text, notes=f"read from {where.name}")
 
 
 class GPUVerifier:
