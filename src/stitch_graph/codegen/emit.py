@@ -14,8 +14,9 @@ equivalent convolution (weight transposed and flipped by a small kernel at each 
 else a direct gather kernel; pooling (max, average, adaptive) as a pointwise kernel whose anchor
 value loops over the window, or staged a window row at a time in shared memory; scans (cumsum,
 cumprod, logcumsumexp) with a thread per line or a warp per line (shuffle scan plus carry);
-sorts (the values of sort, topk, kthvalue, median, quantile) as a bitonic sort a block per line;
-scatters (scatter_add, index_add) as a copy of the input and atomic adds;
+sorts (sort, argsort, topk, kthvalue, median, quantile) as a bitonic sort a block per line;
+scatters (scatter_add, index_add, scatter of a value) as a copy of the input, then atomic adds
+or stores;
 ops that read other positions (cat, stack, flip, gather, index, roll,
 pad, triu/tril) as pointwise expressions with their own indexing; GEMMs through cuBLAS (true FP32)
 followed by one epilogue kernel. Items not yet generated, or whose emission fails, run in PyTorch
