@@ -241,6 +241,13 @@ _op("signbit", POINTWISE, "input", "(signbit({input}) != 0)")
 _op("long", POINTWISE, "input", "(long long)({input})", flops=0, note="float to int64 truncates toward zero, as .long()")  # noqa: E501
 _op("threshold", POINTWISE, "input, threshold, value, inplace=False", "({input} > {threshold} ? {input} : {value})")  # noqa: E501
 _op("copy", POINTWISE, "input", "{input}", flops=0, note="materialises a view or an alias")
+# factories too large to bake as constants (``_capture_lower._bake_factory``): a fill kernel
+_op("zeros", POINTWISE, "size", "0", flops=0)
+_op("ones", POINTWISE, "size", "1", flops=0)
+_op("full", POINTWISE, "size, fill_value", "{fill_value}", flops=0)
+_op("new_zeros", POINTWISE, "input, size", "0", flops=0, note="the input gives only dtype and device")  # noqa: E501
+_op("new_ones", POINTWISE, "input, size", "1", flops=0, note="the input gives only dtype and device")  # noqa: E501
+_op("new_full", POINTWISE, "input, size, fill_value", "{fill_value}", flops=0)
 _op("zeros_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0)  # noqa: E501
 _op("ones_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "1", flops=0)  # noqa: E501
 _op("full_like", POINTWISE, "input, fill_value, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "{fill_value}", flops=0)  # noqa: E501
