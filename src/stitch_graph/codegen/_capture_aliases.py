@@ -95,11 +95,22 @@ class _Writes:
         self.seen[fx_node.name] = {s: 0 if initial else self.versions.get(s, 0) for s in stores}
         self.nodes.append(fx_node)
 
-    def check_reads(self, fx_node: torch.fx.Node) -> None:
-        """Refuse ``fx_node`` if it reads a tensor an in-place op has changed under its Ref."""
+    def check_reads(
+        self, fx_node: torch.fx.Node, *, allow: tuple[str, str] | None = None
+    ) -> None:
+        """Refuse ``fx_node`` if it reads a tensor an in-place op has changed under its Ref.
+
+        ``allow`` is (tensor, writer): that tensor may be read once that op, and only it, has
+        written its storage since (an assignment overwriting the region the op wrote)."""
         for arg in fx_node.all_input_nodes:
             for store, version in self.seen.get(arg.name, {}).items():
-                if self.versions.get(store, 0) != version:
+                tolerated = (
+                    allow is not None
+                    and arg.name == allow[0]
+                    and self.writer.get(store) == allow[1]
+                    and self.versions.get(store, 0) == version + 1
+                )
+                if self.versions.get(store, 0) != version and not tolerated:
                     msg = (
                         f"{fx_node.name}: reads {arg.name} after the in-place op "
                         f"{self.writer[store]} wrote into its storage through another alias or "

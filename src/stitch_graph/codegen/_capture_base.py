@@ -21,7 +21,8 @@ class CaptureError(RuntimeError):
 
 
 class _PropagationError(CaptureError):
-    """The traced graph does not run on meta tensors."""
+    """The fx graph cannot be lowered as traced (it does not run on meta tensors, or it assigns
+    into a tensor in a way only the exported graph spells out): ``torch.export`` is tried."""
 
 
 _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake into host code

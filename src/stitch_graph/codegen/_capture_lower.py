@@ -45,6 +45,7 @@ from stitch_graph.codegen._capture_passes import (
     _insert_copies,
     _split_library_bias,
 )
+from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -106,9 +107,10 @@ def _lower(
         The program, with dead nodes dropped and contiguous copies inserted.
 
     Raises:
-        CaptureError: A construct the IR cannot represent (assignment into a tensor, a read
+        CaptureError: A construct the IR cannot represent (a read
             after an aliased in-place write, a non-tensor output).
-        _PropagationError: The graph does not run on meta tensors.
+        _PropagationError: The graph does not run on meta tensors, or it assigns into a tensor
+            in a form this path does not lower (the caller then tries torch.export).
     """
     params = _param_specs(model)  # before the move to meta: baked buffers keep their values
     known = {p.name for p in params}
@@ -211,8 +213,8 @@ def _lower(
         if fx_node.op == "call_module" and str(fx_node.target) == "_guards_fn":
             continue
         if fx_node.op == "call_function" and fx_node.target is operator.setitem:
-            msg = f"{fx_node.name}: assignment into a tensor (x[...] = v) in forward is not supported"
-            raise CaptureError(msg)
+            _lower_assignment(ir, fx_node, env, ours, writes)
+            continue
         if not torch.is_tensor(value) and not _is_tensor_seq(value):
             env[fx_node.name] = value  # sizes, shapes and other Python values fold to constants
             continue
@@ -227,6 +229,31 @@ def _lower(
     _insert_copies(ir)
     _split_library_bias(ir)
     return ir
+
+
+def _lower_assignment(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    env: dict[str, Any],
+    ours: dict[Ref, Any],
+    writes: _Writes,
+) -> None:
+    """``y[index] = value`` as a new tensor for ``y`` (``_capture_setitem``), rebound as an
+    in-place write of ``y``; an assignment it does not reproduce is refused."""
+    base = fx_node.args[0]
+    view_write = assigned_view(fx_node)
+    allow = (base.name, view_write.name) if view_write is not None else None
+    writes.check_reads(fx_node, allow=allow)
+    before = env.get(base.name) if isinstance(base, torch.fx.Node) else None
+    ref = lower_setitem(ir, fx_node, env, ours)
+    if ref is None:
+        msg = (
+            f"{fx_node.name}: assignment into a tensor (x[...] = v) with this index or value is "
+            "not lowered from the fx graph (basic indices, or a boolean mask with a scalar, are)"
+        )
+        raise _PropagationError(msg)  # the exported graph may still run it, in PyTorch
+    env[fx_node.name] = ref
+    writes.write(ir, fx_node, base, before, env)
 
 
 def _lower_node(

@@ -10,6 +10,7 @@ folding), so a problem with gigabytes of weights traces in milliseconds.
 from __future__ import annotations
 
 import inspect
+import operator
 import warnings
 from typing import Any
 
@@ -32,7 +33,7 @@ _LEAF_MODULES = (
 
 
 class _InplaceProxy(torch.fx.Proxy):
-    """A proxy that records ``x += y`` as ``operator.iadd``.
+    """A proxy that records ``x += y`` as ``operator.iadd`` and ``y[k] = v`` as ``setitem``.
 
     ``torch.fx.Proxy`` has no ``__iadd__``, so Python runs ``x = x + y`` instead and the trace
     loses the write: after ``b = a; a += 1`` the graph would give ``b`` the old value.
@@ -49,6 +50,14 @@ def _inplace_method(op: Any) -> Any:
 
 for _op, _dunder in _INPLACE_DUNDERS.items():
     setattr(_InplaceProxy, _dunder, _inplace_method(_op))
+
+
+def _setitem(self: torch.fx.Proxy, key: Any, value: Any) -> None:
+    """``y[key] = value`` recorded as ``operator.setitem`` (``_capture_setitem`` lowers it)."""
+    self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+
+_InplaceProxy.__setitem__ = _setitem  # type: ignore[method-assign]
 
 
 class _ThroughTracer(torch.fx.Tracer):

@@ -175,6 +175,7 @@ _INDEXED_RULES: dict[str, str] = {
     "pad": "_indexed_pad",
     "triu": "_indexed_triangle",
     "tril": "_indexed_triangle",
+    "setitem": "_indexed_setitem",
 }
 
 
@@ -412,6 +413,42 @@ class _EmitterBase:
             f"{col} - {row} <= {diagonal}"
         )
         return f"(({keep}) ? {value} : 0.f)"
+
+    def _indexed_setitem(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """``y[index] = value``: inside the region (every dim's coordinate on its slice or equal
+        to its int) the value at the region's coordinate, broadcast as PyTorch broadcasts it;
+        elsewhere ``y``."""
+        base: Ref = node.args["input"]
+        value = node.args["value"]
+        inside: list[str] = []
+        rel: list[str] = []  # the region's coordinates, int dims dropped
+        for d, spec in enumerate(node.args["index"]):
+            c = at.coord(d)
+            if spec[0] == "int":
+                inside.append(f"{c} == {spec[1]}")
+            elif spec[0] == "slice":
+                _, start, stop, step = spec
+                inside.append(f"{c} >= {start} && {c} < {stop}")
+                if step > 1:
+                    inside.append(f"({c} - {start}) % {step} == 0")
+                rel.append(f"(({c} - {start}) / {step})" if step > 1 else f"({c} - {start})")
+            else:
+                rel.append(c)
+        if isinstance(value, Ref):
+            vshape, vstrides = self.ir.shapes[value], self.ir.strides[value]
+            lead = len(rel) - len(vshape)
+            terms = [
+                f"{rel[lead + j]} * {s_}"
+                for j, (n, s_) in enumerate(zip(vshape, vstrides, strict=True))
+                if n != 1
+            ]
+            new = f"{args.param(value)}[{' + '.join(terms) or '0'}]"
+        else:
+            new = _literal(float(value))
+        old = self.value_of(base, at.space, at.idx, env, args)
+        return f"(({' && '.join(inside) or 'true'}) ? {new} : {old})"
 
     def value_of(
         self, ref: Any, space: tuple[int, ...], idx: str, env: dict[str, str], args: _Args

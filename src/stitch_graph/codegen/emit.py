@@ -175,6 +175,9 @@ def _render(value: Any) -> str:
 
 
 def _torch_line(node: OpNode) -> str:
+    if node.op == "setitem":  # y[index] = value on a copy: the node is a new tensor
+        base, index, value = (_render(a) for a in node.call_args)
+        return f"{node.name} = {base}.clone(); {node.name}[{index}] = {value}"
     args = [_render(a) for a in node.call_args]
     kwargs = [f"{k}={_render(v)}" for k, v in node.call_kwargs.items()]
     if node.call.startswith("."):

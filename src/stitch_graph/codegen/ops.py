@@ -127,7 +127,9 @@ class OpInfo:
 
 
 REGISTRY: dict[str, OpInfo] = {}
-INDEXED = frozenset({"cat", "stack", "flip", "gather", "index", "roll", "pad", "triu", "tril"})
+INDEXED = frozenset(
+    {"cat", "stack", "flip", "gather", "index", "roll", "pad", "triu", "tril", "setitem"}
+)
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
 LOADS_THROUGH_PROLOGUE: tuple[OpKind, ...] = ("reduction", "norm", "softmax", "pool", "scan")
 """Kinds whose kernel computes its input's pointwise producers on load (a fused prologue)."""
@@ -302,6 +304,7 @@ _op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {t
 # their producers, whose values must be in memory) ----------------------------------------------
 _op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate"))
 _op("stack", POINTWISE, "tensors, dim=0", flops=0)
+_op("setitem", POINTWISE, "input, index, value", flops=0, note="y[index] = value as a new tensor: the value inside the region, y outside")  # noqa: E501
 _op("flip", POINTWISE, "input, dims", flops=0)
 _op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="index clamped into range")  # noqa: E501
 _op("index", POINTWISE, "input, indices", flops=0, note="x[..., i, ...] with one integer tensor index (indices clamped into range)")  # noqa: E501

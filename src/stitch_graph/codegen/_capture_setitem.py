@@ -1,0 +1,150 @@
+"""Assignment into a tensor in ``forward`` (``y[:, 0] = 0``, ``y[..., :8] = x``, ``y[m] = 0``,
+``y[idx] += v``) as a pure op: a new tensor equal to ``y`` outside the assigned region.
+
+Basic indexing (ints, slices with steps, ``...``) becomes one ``setitem`` node, an indexed
+pointwise op that reads the value where the output coordinate is in the region and ``y``
+elsewhere; a boolean mask of ``y``'s shape with a scalar becomes a ``where``. The capture then
+treats the assignment as an in-place write of ``y`` (``_capture_aliases``): later reads of ``y``
+see the new tensor. Advanced indices, ``None`` and assignment into parameters stay refused.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from stitch_graph.codegen._capture_base import _subst
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
+
+
+def _bound(value: Any, env: dict[str, Any]) -> Any:
+    """A slice bound or an int with traced sizes folded to their values."""
+    value = _subst(value, env)
+    return value if value is None or isinstance(value, int) else None
+
+
+def region(index: Any, shape: tuple[int, ...], env: dict[str, Any]) -> list[Any] | None:
+    """Per dim of ``shape``: ``("all",)``, ``("slice", start, stop, step)`` or ``("int", k)``,
+    normalised as Python normalises them; ``None`` for an index that is not basic."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if sum(item is Ellipsis for item in items) > 1:
+        return None
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        fill = len(shape) - (len(items) - 1)
+        items = items[:at] + [slice(None)] * fill + items[at + 1 :]
+    if len(items) > len(shape):
+        return None
+    items += [slice(None)] * (len(shape) - len(items))
+    dims: list[Any] = []
+    for item, size in zip(items, shape, strict=True):
+        if isinstance(item, slice):
+            raw = (item.start, item.stop, item.step)
+            bounds = [_bound(v, env) for v in raw]
+            if any(b is None and v is not None for b, v in zip(bounds, raw, strict=True)):
+                return None  # a bound that is not a plain int
+            start, stop, step = slice(*bounds).indices(size)
+            if step <= 0:
+                return None
+            whole = start == 0 and stop == size and step == 1
+            dims.append(("all",) if whole else ("slice", start, max(stop, start), step))
+        elif isinstance(_subst(item, env), int) and not isinstance(_subst(item, env), bool):
+            k = _subst(item, env)
+            if not -size <= k < size:
+                return None
+            dims.append(("int", k % size))
+        else:
+            return None
+    return dims
+
+
+def region_shape(dims: list[Any], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``y[index]``: int dims dropped, slices their lengths."""
+    out = []
+    for spec, size in zip(dims, shape, strict=True):
+        if spec[0] == "all":
+            out.append(size)
+        elif spec[0] == "slice":
+            _, start, stop, step = spec
+            out.append(max(0, (stop - start + step - 1) // step))
+    return tuple(out)
+
+
+def lower_setitem(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any]
+) -> Ref | None:
+    """The new value of the assigned tensor, appended to ``ir``; ``None`` when the assignment
+    is outside what this reproduces."""
+    base_node, index, value_node = fx_node.args
+    base = env.get(base_node.name) if isinstance(base_node, torch.fx.Node) else None
+    if not isinstance(base, Ref) or base.kind == "param" or ir.dtypes.get(base) != "float32":
+        return None
+    shape = tuple(ir.shapes[base])
+    value = _subst(value_node, env)
+    if isinstance(value, bool) or not isinstance(value, int | float | Ref):
+        return None
+    if isinstance(value, Ref) and ir.dtypes.get(value) != "float32":
+        return None
+    mask = _subst(index, env)
+    if isinstance(mask, Ref):
+        if ir.dtypes.get(mask) != "bool" or tuple(ir.shapes[mask]) != shape:
+            return None
+        if isinstance(value, Ref) and ir.shapes[value] != ():
+            return None  # y[m] = v takes v's elements in mask order
+        node = OpNode(
+            fx_node.name, "where", {"condition": mask, "input": value, "other": base}, shape,
+            "float32", "torch.where", [mask, value, base], {},
+        )
+        return _append(ir, ours, node)
+    dims = region(index, shape, env)
+    if dims is None:
+        return None
+    target = region_shape(dims, shape)
+    if isinstance(value, Ref):
+        vshape = tuple(ir.shapes[value])
+        if len(vshape) > len(target) or any(
+            v not in (1, t) for v, t in zip(reversed(vshape), reversed(target), strict=False)
+        ):
+            return None
+    call_index = tuple(
+        slice(None) if spec[0] == "all" else spec[1] if spec[0] == "int" else slice(*spec[1:])
+        for spec in dims
+    )
+    node = OpNode(
+        fx_node.name, "setitem", {"input": base, "index": dims, "value": value}, shape,
+        "float32", "setitem", [base, call_index, value], {},
+    )
+    return _append(ir, ours, node)
+
+
+def _append(ir: ProgramIR, ours: dict[Ref, Any], node: OpNode) -> Ref:
+    ir.nodes.append(node)
+    ref = Ref("node", node.name)
+    ours[ref] = torch.empty(node.shape, dtype=torch.float32, device="meta")
+    ir.shapes[ref] = tuple(node.shape)
+    ir.strides[ref] = contiguous_strides(tuple(node.shape))
+    ir.dtypes[ref] = "float32"
+    return ref
+
+
+def assigned_view(fx_node: torch.fx.Node) -> torch.fx.Node | None:
+    """For ``y[idx] += v`` (``tmp = y[idx]; tmp += v; y[idx] = tmp``): the in-place op that
+    wrote ``y`` through the very view this assignment overwrites, else ``None``. Its write
+    changed only the region the assignment replaces, so ``y``'s older value is still right
+    everywhere else."""
+    base, index, value = fx_node.args
+    if not isinstance(value, torch.fx.Node) or not value.args:
+        return None
+    view = value.args[0]
+    if (
+        isinstance(view, torch.fx.Node)
+        and view.op == "call_function"
+        and view.target is operator.getitem
+        and view.args[0] is base
+        and view.args[1] == index
+    ):
+        return value
+    return None

@@ -1,0 +1,61 @@
+"""Assignment into a tensor in ``forward`` (``y[:, 0] = 0``, ``y[..., ::2] = x``, ``y[m] = 0``,
+``y[idx] += v``): generated as a new tensor for ``y``, fully generated and matching PyTorch in
+the CPU emulation; a read of a view taken before the write stays refused, and an index the
+fx path does not lower goes to ``torch.export`` and stays in PyTorch, declared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import CaptureError, capture_program
+from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+{body}
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 6, 8), torch.randn(6, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+BODIES = {
+    "scalar_into_a_column": "z = x.clone()\nz[:, 0] = 0.0\nreturn z * 2",
+    "tensor_broadcast_into_a_slice": "z = torch.zeros_like(x)\nz[1:, :, 2:5] = y[2:5]\nreturn z + 1",
+    "stepped_slices_and_ellipsis": "z = x * 1\nz[..., ::3] = -1.0\nz[0, 1::2, :, 1:7:2] = y[:, 1:7:2]\nreturn torch.relu(z)",  # noqa: E501
+    "boolean_mask_with_a_scalar": "z = x.clone()\nz[z < 0] = 0.5\nreturn z.sum(-1)",
+    "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",
+    "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",
+    "chained_assignments": "z = x.clone()\nz[0] = 1.0\nz[:, 1] = z[:, 2]\nw = z.sum(1)\nreturn w",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_the_assignment_is_generated_and_matches_pytorch(name: str, tmp_path: Path) -> None:
+    body = "\n".join(f"        {line}" for line in BODIES[name].splitlines())
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_view_read_after_the_write_is_refused() -> None:
+    body = "        z = x.clone()\n        v = z[0]\n        z[0] = 1.0\n        return v + 1"
+    with pytest.raises(CaptureError, match="in-place op"):
+        capture_program(load_task(_PROBLEM.format(body=body)))
+
+
+def test_an_advanced_index_stays_in_pytorch() -> None:
+    body = "        z = x.clone()\n        z[:, torch.tensor([1, 3])] = 5.0\n        return z * 2"
+    _, program = generate_checked(_PROBLEM.format(body=body))
+    assert "index_put" in program.declared_torch_ops
