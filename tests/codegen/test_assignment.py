@@ -1,6 +1,6 @@
 """Assignment into a tensor in ``forward`` (``y[:, 0] = 0``, ``y[..., ::2] = x``, ``y[m] = 0``,
-``y[idx] += v``): generated as a new tensor for ``y``, fully generated and matching PyTorch in
-the CPU emulation; a read of a view taken before the write stays refused, and an index the
+``y[idx] += v``, ``y[:, 0].mul_(2)``): generated as a new tensor for ``y``, fully generated and
+matching PyTorch in the CPU emulation; a read of a view taken before the write stays refused, and an index the
 fx path does not lower goes to ``torch.export`` and stays in PyTorch, declared."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ BODIES = {
     "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",
     "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",
     "chained_assignments": "z = x.clone()\nz[0] = 1.0\nz[:, 1] = z[:, 2]\nw = z.sum(1)\nreturn w",
+    "in_place_op_on_a_view": "z = x + 1\nz[:, 0].mul_(2)\nv = z[..., 2:4]\nv.clamp_(min=0.5)\nreturn z + v.sum()",  # noqa: E501
 }
 
 

@@ -9,7 +9,8 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
 ``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``cdist``, ``rrelu`` and the other dropouts
 outside training; ``nansum``, ``dist``, ``matrix_norm``, ``atleast_nd`` and factories too large to
-bake (``zeros``, ``ones``, ``full``, ``new_zeros``, ...). Each must be fully
+bake (``zeros``, ``ones``, ``full``, ``new_zeros``, ...) and ``empty`` filled with ``fill_``. Each
+must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
 """
 
@@ -91,6 +92,7 @@ EXPRS = [
     "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",
     "torch.cross(y[..., :3], x.clamp(-5, 5)[..., 3:6], dim=-1)",
     "torch.nansum(torch.where(y > 1, torch.log(y - 2), y), dim=-1) + torch.nansum(x.clamp(-5, 5))",  # noqa: E501
+    "torch.empty_like(y).fill_(2.0) * y + y.new_empty(3, 5, 6, 8).fill_(0.5) + torch.empty(6, 8).fill_(1.0)",  # noqa: E501
     # factories too large to bake (72000 elements): fill kernels
     "torch.zeros(300, 5, 6, 8, device=y.device)[:3] + torch.full((300, 5, 6, 8), 0.5, device=y.device)[1:4] * y",  # noqa: E501
     "torch.ones(300, 5, 6, 8, dtype=torch.long, device=y.device)[:3] * y + y.new_zeros(300, 5, 6, 8)[2:5] + y.new_full((3, 5, 6, 8), 2.0)",  # noqa: E501

@@ -125,9 +125,12 @@ class _Writes:
         mutated: torch.fx.Node,
         before: Any,
         env: dict[str, Any],
+        *,
+        after: Any = None,
     ) -> None:
-        """``fx_node`` wrote ``mutated`` in place; ``before`` was its Ref until then."""
-        after = env.get(fx_node.name)
+        """``fx_node`` wrote ``mutated`` in place; ``before`` was its Ref until then, and
+        ``after`` (by default ``fx_node``'s own Ref) is its value now."""
+        after = env.get(fx_node.name) if after is None else after
         if isinstance(before, Ref) and after == before:
             return  # an identity (dropout in eval): nothing changed
         written = mutated.meta.get("sg_value")

@@ -45,7 +45,7 @@ from stitch_graph.codegen._capture_passes import (
     _insert_copies,
     _split_library_bias,
 )
-from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem
+from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -224,6 +224,7 @@ def _lower(
         _lower_node(ir, fx_node, env, ours, value, model)
         if mutated is not None:
             writes.write(ir, fx_node, mutated, before, env)
+            _write_back(ir, fx_node, mutated, env, ours, writes)
         writes.record(fx_node)
     _eliminate_dead(ir)
     _insert_copies(ir)
@@ -245,7 +246,8 @@ def _lower_assignment(
     allow = (base.name, view_write.name) if view_write is not None else None
     writes.check_reads(fx_node, allow=allow)
     before = env.get(base.name) if isinstance(base, torch.fx.Node) else None
-    ref = lower_setitem(ir, fx_node, env, ours)
+    _, index, value = fx_node.args
+    ref = lower_setitem(ir, fx_node.name, before, index, _subst(value, env), env, ours)
     if ref is None:
         msg = (
             f"{fx_node.name}: assignment into a tensor (x[...] = v) with this index or value is "
@@ -254,6 +256,29 @@ def _lower_assignment(
         raise _PropagationError(msg)  # the exported graph may still run it, in PyTorch
     env[fx_node.name] = ref
     writes.write(ir, fx_node, base, before, env)
+
+
+def _write_back(
+    ir: ProgramIR,
+    fx_node: torch.fx.Node,
+    view: torch.fx.Node,
+    env: dict[str, Any],
+    ours: dict[Ref, Any],
+    writes: _Writes,
+) -> None:
+    """After an in-place op on ``base[index]`` (``a[:, 0].mul_(2)``), ``base`` as the new
+    tensor with that region replaced, so later reads of ``base`` see the write; other views of
+    ``base`` stay out of date, and their reads refused."""
+    found = viewed_base(view)
+    if found is None:
+        return
+    base, index = found
+    before = env.get(base.name)
+    name = f"{fx_node.name}_into_{base.name}"
+    ref = lower_setitem(ir, name, before, index, env.get(fx_node.name), env, ours)
+    if ref is not None:
+        writes.write(ir, fx_node, base, before, env, after=ref)
+        writes.record(view)  # the view holds the op's result: still right
 
 
 def _lower_node(

@@ -1,5 +1,6 @@
 """Assignment into a tensor in ``forward`` (``y[:, 0] = 0``, ``y[..., :8] = x``, ``y[m] = 0``,
-``y[idx] += v``) as a pure op: a new tensor equal to ``y`` outside the assigned region.
+``y[idx] += v``, and in-place ops on a view, ``y[:, 0].mul_(2)``) as a pure op: a new tensor
+equal to ``y`` outside the assigned region.
 
 Basic indexing (ints, slices with steps, ``...``) becomes one ``setitem`` node, an indexed
 pointwise op that reads the value where the output coordinate is in the region and ``y``
@@ -74,16 +75,20 @@ def region_shape(dims: list[Any], shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def lower_setitem(
-    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any]
+    ir: ProgramIR,
+    name: str,
+    base: Any,
+    index: Any,
+    value: Any,
+    env: dict[str, Any],
+    ours: dict[Ref, Any],
 ) -> Ref | None:
-    """The new value of the assigned tensor, appended to ``ir``; ``None`` when the assignment
-    is outside what this reproduces."""
-    base_node, index, value_node = fx_node.args
-    base = env.get(base_node.name) if isinstance(base_node, torch.fx.Node) else None
+    """``base`` with ``base[index] = value`` applied, as a new node ``name`` appended to
+    ``ir``; ``None`` when the assignment is outside what this reproduces. ``base`` and
+    ``value`` are lowered values (``Ref`` or a number), ``index`` the traced index."""
     if not isinstance(base, Ref) or base.kind == "param" or ir.dtypes.get(base) != "float32":
         return None
     shape = tuple(ir.shapes[base])
-    value = _subst(value_node, env)
     if isinstance(value, bool) or not isinstance(value, int | float | Ref):
         return None
     if isinstance(value, Ref) and ir.dtypes.get(value) != "float32":
@@ -95,7 +100,7 @@ def lower_setitem(
         if isinstance(value, Ref) and ir.shapes[value] != ():
             return None  # y[m] = v takes v's elements in mask order
         node = OpNode(
-            fx_node.name, "where", {"condition": mask, "input": value, "other": base}, shape,
+            name, "where", {"condition": mask, "input": value, "other": base}, shape,
             "float32", "torch.where", [mask, value, base], {},
         )
         return _append(ir, ours, node)
@@ -114,10 +119,23 @@ def lower_setitem(
         for spec in dims
     )
     node = OpNode(
-        fx_node.name, "setitem", {"input": base, "index": dims, "value": value}, shape,
+        name, "setitem", {"input": base, "index": dims, "value": value}, shape,
         "float32", "setitem", [base, call_index, value], {},
     )
     return _append(ir, ours, node)
+
+
+def viewed_base(view: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
+    """(base, index) when ``view`` is ``base[index]`` with a basic index, else ``None``: an
+    in-place op on it writes that region of ``base``."""
+    if view.op != "call_function" or view.target is not operator.getitem:
+        return None
+    base, index = view.args
+    items = index if isinstance(index, tuple) else (index,)
+    basic = all(
+        isinstance(i, slice | int) or i is Ellipsis for i in items
+    ) and not any(isinstance(i, bool) for i in items)
+    return (base, index) if isinstance(base, torch.fx.Node) and basic else None
 
 
 def _append(ir: ProgramIR, ours: dict[Ref, Any], node: OpNode) -> Ref:

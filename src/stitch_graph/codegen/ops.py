@@ -252,6 +252,10 @@ _op("new_ones", POINTWISE, "input, size", "1", flops=0, note="the input gives on
 _op("new_full", POINTWISE, "input, size, fill_value", "{fill_value}", flops=0)
 _op("zeros_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0)  # noqa: E501
 _op("ones_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "1", flops=0)  # noqa: E501
+_op("empty_like", POINTWISE, "input, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "0", flops=0, note="any values will do: zeros")  # noqa: E501
+_op("empty", POINTWISE, "size", "0", flops=0, note="any values will do: zeros")
+_op("new_empty", POINTWISE, "input, size", "0", flops=0, note="any values will do: zeros")
+_op("fill", POINTWISE, "input, value", "{value}", flops=0, note="x.fill_(v): every element v")
 _op("full_like", POINTWISE, "input, fill_value, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "{fill_value}", flops=0)  # noqa: E501
 _op("float", POINTWISE, "input", "(float)({input})", flops=0)
 # ---- pointwise, binary and ternary -----------------------------------------------------------
