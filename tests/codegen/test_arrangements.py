@@ -47,3 +47,17 @@ def test_the_arrangement_is_generated_and_matches_pytorch(expr: str, tmp_path: P
     task, program = generate_checked(_PROBLEM.format(expr=expr))
     assert not program.declared_torch_ops, program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_an_exported_tensor_unfold_stays_a_view(tmp_path: Path) -> None:
+    """``Tensor.unfold`` in an exported graph is ATen's ``unfold``, which shares F.unfold's name:
+    it must stay the windows view, not become an im2col of the wrong arguments."""
+    from stitch_graph.codegen import capture_program
+
+    source = _PROBLEM.replace(
+        "def forward(self, x, y):", "def forward(self, x, y, p=2):"
+    ).format(expr="x.unfold(2, p, p).unfold(3, p, p).contiguous().sum((-1, -2)) * y[..., ::2, ::2]")
+    task, program = generate_checked(source)
+    assert capture_program(task).method == "export"  # forward's default argument forces it
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -91,7 +91,9 @@ def _decompose(
         if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
             b = _Builder(ir, ours, fx_node.name)
             return b("index", operator.getitem, weight, (idx,))
-    if name in ARRANGE_SIGNATURES and fx_node.op == "call_function":
+    # ATen's unfold (an exported Tensor.unfold) shares F.unfold's name and is a view
+    functional = name != "unfold" or fx_node.target is torch.nn.functional.unfold
+    if name in ARRANGE_SIGNATURES and fx_node.op == "call_function" and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
     signature = (
         _DECOMPOSE_SIGNATURES.get(name) or COMPOSE_SIGNATURES.get(name) or ORDER_SIGNATURES.get(name)
