@@ -1,5 +1,6 @@
 """Decompositions: composite functional calls (losses, distances, attention, ``einsum``,
-``embedding``, ``normalize``, pixel shuffles, resizing, order statistics) lowered to registry ops.
+``embedding``, ``normalize``, pixel shuffles, resizing, order statistics, grid sampling) lowered
+to registry ops.
 
 The registry has no kernel for ``F.cross_entropy`` or ``F.scaled_dot_product_attention``, but it
 has one for each op they are made of; writing them out lets the scheduler fuse those ops like any
@@ -29,6 +30,7 @@ from stitch_graph.codegen._capture_order import (
     returns_pair,
     uses,
 )
+from stitch_graph.codegen._capture_sample import SAMPLE_SIGNATURES, sample
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, parse_signature
 
@@ -96,7 +98,10 @@ def _decompose(
     if name in ARRANGE_SIGNATURES and fx_node.op == "call_function" and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
     signature = (
-        _DECOMPOSE_SIGNATURES.get(name) or COMPOSE_SIGNATURES.get(name) or ORDER_SIGNATURES.get(name)
+        _DECOMPOSE_SIGNATURES.get(name)
+        or COMPOSE_SIGNATURES.get(name)
+        or ORDER_SIGNATURES.get(name)
+        or SAMPLE_SIGNATURES.get(name)
     )
     methods = COMPOSE_METHODS | ORDER_METHODS
     if signature is None or (fx_node.op != "call_function" and name not in methods):
@@ -258,6 +263,8 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return _rnn_cell(ir, b, name, a)
     if name in ORDER_SIGNATURES:
         return order_statistic(ir, b, name, a, bool(a.get("_indices")))
+    if name in SAMPLE_SIGNATURES:
+        return sample(ir, b, name, a)
     return compose(ir, b, name, a)
 
 
