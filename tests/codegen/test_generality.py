@@ -140,6 +140,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "pad_crop": (_problem("F.pad(torch.relu(x), [-1, 1, 2, 0])", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "roll": (_problem("torch.roll(x, shifts=(1, -2), dims=(1, 2)) + 1.0", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "embedding": (_problem("self.emb(i) * 2.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6)", params="i"), None),  # noqa: E501
+    "embedding_padding_idx": (_problem("self.emb(i) + 1.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6, padding_idx=3)", params="i"), None),  # noqa: E501
     "tensor_index": (_problem("x[:, i] * 2.0 + 1.0", f"{R}(4, 6), torch.randint(-6, 6, (2, 3))", params="x, i"), None),  # noqa: E501
     "index_select": (_problem("torch.index_select(x, 1, i) - x[:, :3]", f"{R}(4, 6), torch.randint(0, 6, (3,))", params="x, i"), None),  # noqa: E501
     "like_constants": (_problem("torch.full_like(x, 2.5) + torch.ones_like(x, dtype=torch.float32) - torch.zeros_like(x)", f"{R}(3, 8)"), None),  # noqa: E501

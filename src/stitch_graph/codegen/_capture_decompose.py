@@ -89,7 +89,10 @@ def _decompose(
         return _decompose_einsum(ir, fx_node, args, ours)
     if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
         idx, weight = args[0], args[1]
-        plain = all(v in (None, False, 2.0) for v in [*args[2:], *kwargs.values()])
+        rest = dict(zip(("padding_idx", "max_norm"), args[2:4], strict=False)) | kwargs
+        # padding_idx, scale_grad_by_freq and sparse change only the gradient; max_norm
+        # renormalises the weight's rows in place, and stays in PyTorch
+        plain = rest.get("max_norm") is None
         if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
             b = _Builder(ir, ours, fx_node.name)
             return b("index", operator.getitem, weight, (idx,))
