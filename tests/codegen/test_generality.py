@@ -123,6 +123,8 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "conv3d_im2col": (_problem("self.c(x)", f"{R}(2, 3, 7, 8, 9)", "self.c = nn.Conv3d(3, 5, 3, stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1))"), _GENERATED_CONV),  # noqa: E501
     "conv3d_grouped_direct": (_problem("torch.relu(self.c(x))", f"{R}(2, 6, 5, 6, 7)", "self.c = nn.Conv3d(6, 4, (2, 3, 1), groups=2, bias=False)"), _GENERATED_CONV),  # noqa: E501
     "conv3d_pointwise": (_problem("self.c(x) * 2.0", f"{R}(2, 8, 3, 4, 5)", "self.c = nn.Conv3d(8, 4, 1)"), _GENERATED_CONV),  # noqa: E501
+    "conv2d_padding_same": (_problem("torch.relu(self.c(x))", f"{R}(2, 3, 7, 8)", "self.c = nn.Conv2d(3, 4, (3, 5), padding='same', dilation=(2, 1))"), _GENERATED_CONV),  # noqa: E501
+    "conv1d_padding_same": (_problem("self.c(x) + 1.0", f"{R}(2, 4, 9)", "self.c = nn.Conv1d(4, 2, 3, padding='same', bias=False)"), _GENERATED_CONV),  # noqa: E501
     "conv_transpose1d_grouped": (_problem("self.c(x)", f"{R}(2, 4, 9)", "self.c = nn.ConvTranspose1d(4, 6, 5, stride=3, padding=2, dilation=2, groups=2)"), _GENERATED_CONV),  # noqa: E501
     "conv_transpose2d_small": (_problem("self.c(x)", f"{R}(2, 3, 5, 6)", "self.c = nn.ConvTranspose2d(3, 5, 3, stride=2, padding=1, output_padding=1)"), _GENERATED_CONV),  # noqa: E501
     "conv_transpose2d_gemm": (_problem("torch.tanh(self.c(x)) + 1.0", f"{R}(2, 20, 5, 6)", "self.c = nn.ConvTranspose2d(20, 6, (3, 4), stride=(2, 3), padding=(1, 2), dilation=(2, 1), output_padding=(1, 0))"), _GENERATED_CONV),  # noqa: E501

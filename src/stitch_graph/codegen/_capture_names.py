@@ -215,6 +215,19 @@ def _rewrite_call(
     return _canonical_name(fx_node), _overload_call(target, first), call_args, call_kwargs
 
 
+def _same_padding(ir: ProgramIR, bound: dict[str, Any], nd: int) -> Any:
+    """``padding='same'`` as the per-dim padding it means where that is symmetric (odd
+    dilated kernels); otherwise left as ``'same'``, and the convolution stays in PyTorch
+    (PyTorch pads the extra element on the far side only)."""
+    weight = bound.get("weight")
+    if not isinstance(weight, Ref):
+        return "same"
+    dilation = bound.get("dilation", 1)
+    dilation = list(dilation) if isinstance(dilation, list | tuple) else [dilation] * nd
+    totals = [int(d) * (k - 1) for d, k in zip(dilation, ir.shapes[weight][2:], strict=True)]
+    return [t // 2 for t in totals] if all(t % 2 == 0 for t in totals) else "same"
+
+
 def _variant(
     ir: ProgramIR,
     op: str,
@@ -229,6 +242,8 @@ def _variant(
     info = lookup(op)
     if op == "gelu" and bound.get("approximate") == "tanh":
         return "gelu_tanh", bound, attrs
+    if op in ("conv1d", "conv2d", "conv3d") and bound.get("padding") == "same":
+        bound = {**bound, "padding": _same_padding(ir, bound, int(op[-2]))}
     first = call_args[0] if call_args else None
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
