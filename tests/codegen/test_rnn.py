@@ -1,8 +1,9 @@
-"""LSTM and GRU layers generated as cuBLAS GEMMs plus one gate kernel a time step.
+"""LSTM, GRU and Elman RNN layers generated as cuBLAS GEMMs plus one gate kernel a time step.
 
 Every case runs the generated program on the CPU (kernels under g++, the GEMMs emulated with
-cuBLAS's column-major arguments) against PyTorch's own ``nn.LSTM``/``nn.GRU``: multi-layer,
-bidirectional, batch-first or time-first, with and without biases, every output returned.
+cuBLAS's column-major arguments) against PyTorch's own ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN``:
+multi-layer, bidirectional, batch-first or time-first, with and without biases, every output
+returned.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ CASES = {  # name: (problem, layers x directions)
     "gru_bidirectional_hidden": (_problem("GRU", bidirectional=True, layers=3,
                                           body="return self.rnn(x{hx})[1]"), 6),
     "gru_no_bias": (_problem("GRU", bias=False), 2),
+    "rnn_tanh_two_layers": (_problem("RNN"), 2),
+    "rnn_relu_bidirectional_time_first": (_problem(
+        "RNN", batch_first=False, bidirectional=True, body="return self.rnn(x{hx})[1]"
+    ).replace("dropout=0.0)", "dropout=0.0, nonlinearity='relu')"), 4),
 }
 
 
@@ -102,7 +107,7 @@ def test_the_cudnn_anchor_leaves_the_layer_to_pytorch_declared(name: str, tmp_pa
     ir = capture_program(task)
     plan = plan_program(ir)
     program = emit_candidate(ir, plan, tuning=Tuning(default=KernelTuning(rnn_library=True)))
-    op = "gru" if name.startswith("gru") else "lstm"
+    op = {"gru": "gru", "lst": "lstm"}.get(name[:3]) or ("rnn_relu" if "relu" in name else "rnn_tanh")
     assert op in program.declared_torch_ops and "_step(" not in program.host_source
     check_on_cpu(task, program, tmp_path)
 

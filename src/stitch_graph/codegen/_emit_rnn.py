@@ -1,11 +1,11 @@
-"""LSTM and GRU layers: cuBLAS GEMMs and one generated gate kernel a time step.
+"""LSTM, GRU and Elman RNN layers: cuBLAS GEMMs and one generated gate kernel a time step.
 
 Per layer and direction, one SGEMM projects the inputs of every time step at once
 (``G = X W_ih^T``); then each step multiplies the hidden state by ``W_hh^T`` (``Q = h W_hh^T``)
 and one kernel applies the gates, with both biases, to update the cell and hidden state in place
 and write the step's output. Gate order and formulas are PyTorch's (LSTM: i, f, g, o; GRU: r, z,
-n with ``n = tanh(G_n + b_in + r * (Q_n + b_hn))``). The host loop is launch-bound, so the plan
-asks for CUDA-graph replay.
+n with ``n = tanh(G_n + b_in + r * (Q_n + b_hn))``; ``nn.RNN``: ``tanh`` or ``relu`` of the sum).
+The host loop is launch-bound, so the plan asks for CUDA-graph replay.
 
 ``_RnnEmitter`` is a mixin of ``emit._Emitter``.
 """
@@ -67,6 +67,23 @@ def _gru_update(bias: bool, q: Any = _q_global) -> list[str]:
     ]
 
 
+def _elman_update(bias: bool, relu: bool, q: Any = _q_global) -> list[str]:
+    """The update of one element of ``nn.RNN``: ``tanh`` (or ``relu``) of both projections and
+    both biases, summed in PyTorch's order."""
+    terms = ["gr[j]", *(["bi[j]"] if bias else []), q(0), *(["bh[j]"] if bias else [])]
+    total = " + ".join(terms)
+    return [f"const float hv = {f'sg_max({total}, 0.f)' if relu else f'tanhf({total})'};"]
+
+
+def _update(op: str, bias: bool, q: Any = _q_global) -> list[str]:
+    """The gate lines of ``op``'s element update."""
+    if op == "lstm":
+        return _lstm_update(bias, q)
+    if op == "gru":
+        return _gru_update(bias, q)
+    return _elman_update(bias, op == "rnn_relu", q)
+
+
 def _gates_and_writes(update: list[str], state: str) -> list[str]:
     """Loop-body lines for element ``e`` (batch row ``b``, hidden unit ``j``) of step ``t``: the
     gates, then the new hidden value into ``state``, the layer's last state and the output."""
@@ -86,7 +103,7 @@ def _head(block: int, name: str, params: list[str]) -> str:
 
 
 class _RnnEmitter(_EmitterBase):
-    """Host loop and kernels of an ``lstm``/``gru`` node (``rnn``)."""
+    """Host loop and kernels of an ``lstm``/``gru``/``rnn_tanh``/``rnn_relu`` node (``rnn``)."""
 
     def rnn(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         ir = self.ir
@@ -132,7 +149,7 @@ class _RnnEmitter(_EmitterBase):
         fused = tun.fuse and batch <= 32 and batch * hidden <= 8192
         if fused:
             return self._fused_rnn(node, kernel, init, consts, c_out, block)
-        update = _lstm_update(bias) if lstm else _gru_update(bias)
+        update = _update(node.op, bias)
         step = [
             f"// {node.op} time step: {batch} x {hidden} hidden units, one thread each",
             _head(block, f"{kernel}_step", [
@@ -160,7 +177,6 @@ class _RnnEmitter(_EmitterBase):
     ) -> list[str]:
         """The fused step kernel (hidden projection and gates) and its host loop."""
         ir = self.ir
-        lstm = node.op == "lstm"
         bias = bool(node.args.get("has_biases"))
         xs = ir.shapes[node.args["input"]]
         batch = xs[0] if node.args.get("batch_first") else xs[1]
@@ -170,7 +186,7 @@ class _RnnEmitter(_EmitterBase):
         grid = math.ceil(hidden / per_block)
         warps = block // 32
         q = _q_shared
-        update = _lstm_update(bias, q) if lstm else _gru_update(bias, q)
+        update = _update(node.op, bias, q)
         step = [
             f"// {node.op} time step, fused: {batch} x {hidden} hidden units, {per_block} a block",
             _head(block, f"{kernel}_step", [

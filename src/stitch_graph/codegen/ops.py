@@ -361,6 +361,8 @@ _RNN_SIGNATURE = (
 )
 _op("lstm", RNN, _RNN_SIGNATURE, flops=8, note="input projection by one cuBLAS SGEMM a layer, then per step an SGEMM of the hidden state and one gate kernel")  # noqa: E501
 _op("gru", RNN, _RNN_SIGNATURE, flops=6, note="as lstm, with the GRU's three gates")
+_op("rnn_tanh", RNN, _RNN_SIGNATURE, flops=3, note="nn.RNN: as lstm, with tanh of the summed projections")  # noqa: E501
+_op("rnn_relu", RNN, _RNN_SIGNATURE, flops=3, note="nn.RNN(nonlinearity='relu')")
 _op("cumsum", SCAN, "input, dim, dtype=None", flops=1)
 _op("cumprod", SCAN, "input, dim, dtype=None", flops=1)
 _op("logcumsumexp", SCAN, "input, dim", flops=4)
