@@ -142,6 +142,8 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "pad_crop": (_problem("F.pad(torch.relu(x), [-1, 1, 2, 0])", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "roll": (_problem("torch.roll(x, shifts=(1, -2), dims=(1, 2)) + 1.0", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "embedding": (_problem("self.emb(i) * 2.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6)", params="i"), None),  # noqa: E501
+    "bilinear_module": (_problem("self.b(x, torch.tanh(x[..., :3]))", f"{R}(2, 3, 4)", "self.b = nn.Bilinear(4, 3, 6)"), None),  # noqa: E501
+    "bilinear_no_bias": (_problem("torch.nn.functional.bilinear(x, x, w)", f"{R}(3, 4), {R}(2, 4, 4)", params="x, w"), None),  # noqa: E501
     "embedding_padding_idx": (_problem("self.emb(i) + 1.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6, padding_idx=3)", params="i"), None),  # noqa: E501
     "tensor_index": (_problem("x[:, i] * 2.0 + 1.0", f"{R}(4, 6), torch.randint(-6, 6, (2, 3))", params="x, i"), None),  # noqa: E501
     "index_select": (_problem("torch.index_select(x, 1, i) - x[:, :3]", f"{R}(4, 6), torch.randint(0, 6, (3,))", params="x, i"), None),  # noqa: E501

@@ -1,6 +1,6 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
 ``nanmean``, ``nansum``, p-norms, ``dist``, ``matrix_norm``, ``aminmax``), products
-(``baddbmm``, ``outer``, ``cross``), views (``atleast_nd``), copies and rearrangements
+(``baddbmm``, ``outer``, ``cross``, ``bilinear``), views (``atleast_nd``), copies and rearrangements
 (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``, ``embedding_bag``,
 ``bucketize``, ``cdist``), a few functions (``logit``, ``softmin``,
 ``local_response_norm``, ``lp_pool``) and losses
@@ -64,6 +64,7 @@ COMPOSE_SIGNATURES = {
     "bucketize": "input, boundaries, out_int32=False, right=False",
     "cdist": "x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'",
     "searchsorted": "sorted_sequence, input, out_int32=False, right=False, side=None, sorter=None",  # noqa: E501
+    "bilinear": "input1, input2, weight, bias=None",
 }
 # calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
 COMPOSE_METHODS = frozenset({
@@ -107,6 +108,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _bucket(ir, b, name, a)
     if name == "cdist":
         return _cdist(ir, b, a)
+    if name == "bilinear":
+        return _bilinear(ir, b, a)
     x = a["input"]
     if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
         classes = int(a["num_classes"])
@@ -301,6 +304,24 @@ def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref
         for i, j in ((1, 2), (2, 0), (0, 1))
     ]
     return b("cat", torch.cat, parts, d)
+
+
+def _bilinear(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``F.bilinear``: ``out[n, k] = x1[n] W[k] x2[n] + bias[k]`` as one GEMM of ``x2`` by the
+    weight laid out (J, K*I), then a product with ``x1`` summed over I."""
+    x1, x2, weight, bias = a["input1"], a["input2"], a["weight"], a["bias"]
+    if not all(isinstance(t, Ref) and ir.dtypes[t] == "float32" for t in (x1, x2, weight)):
+        return None
+    k, i, j = ir.shapes[weight]
+    lead = list(ir.shapes[x1][:-1])
+    rows = math.prod(lead)
+    w = b("view", "view", b("copy", "contiguous", b("permute", "permute", weight, 2, 0, 1)), j, k * i)  # noqa: E501
+    t = b("matmul", torch.matmul, b("view", "view", b("copy", "contiguous", x2), rows, j), w)
+    s = b("mul", torch.mul, b("view", "view", t, rows, k, i), b("view", "view", b("copy", "contiguous", x1), rows, 1, i))  # noqa: E501
+    out = b("sum", torch.sum, s, -1)
+    if isinstance(bias, Ref):
+        out = b("add", torch.add, out, bias)
+    return b("view", "view", out, *lead, k)
 
 
 def _vector_norm(b: _Builder, x: Ref, order: Any, dim: Any, keepdim: bool) -> Ref | None:

@@ -395,7 +395,7 @@ _op("unbind", VIEW, "input, dim=0", flops=0)
 _op("diagonal", VIEW, "input, offset=0, dim1=0, dim2=1", flops=0)
 _op("unfold", VIEW, "input, dimension, size, step", flops=0, note="Tensor.unfold: overlapping windows as a strided view")  # noqa: E501
 _op("chunk", VIEW, "input, chunks, dim=0", flops=0)
-_op("split", VIEW, "input, split_size_or_sections, dim=0", flops=0)
+_op("split", VIEW, "input, split_size_or_sections, dim=0", flops=0, aliases=("split_with_sizes",))
 # ---- identities: no work at all ---------------------------------------------------------------
 _op("contiguous", IDENTITY, "input, memory_format=None", flops=0, note="a copy when the input is a strided view")  # noqa: E501
 _op("clone", IDENTITY, "input, memory_format=None", flops=0)
