@@ -142,6 +142,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "pad_crop": (_problem("F.pad(torch.relu(x), [-1, 1, 2, 0])", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "roll": (_problem("torch.roll(x, shifts=(1, -2), dims=(1, 2)) + 1.0", f"{R}(2, 4, 5)"), None),  # noqa: E501
     "embedding": (_problem("self.emb(i) * 2.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6)", params="i"), None),  # noqa: E501
+    "max_pool_values_of_return_indices": (_problem("self.p(x)[0] + F.max_pool1d(x.flatten(2), 3, stride=2, return_indices=True)[0].sum()", f"{R}(2, 3, 6, 8)", "self.p = nn.MaxPool2d(2, return_indices=True)"), None),  # noqa: E501
     "bilinear_module": (_problem("self.b(x, torch.tanh(x[..., :3]))", f"{R}(2, 3, 4)", "self.b = nn.Bilinear(4, 3, 6)"), None),  # noqa: E501
     "bilinear_no_bias": (_problem("torch.nn.functional.bilinear(x, x, w)", f"{R}(3, 4), {R}(2, 4, 4)", params="x, w"), None),  # noqa: E501
     "embedding_padding_idx": (_problem("self.emb(i) + 1.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6, padding_idx=3)", params="i"), None),  # noqa: E501
@@ -283,7 +284,7 @@ def test_writes_through_views_are_refused_clearly(body: str) -> None:
 
 
 def test_odd_arguments_make_an_op_unsupported_not_an_exception() -> None:
-    source = _problem("torch.nn.functional.max_pool2d(x, (2, 2), return_indices=True)[0]", f"{R}(1, 2, 4, 4)")  # noqa: E501
+    source = _problem("torch.nn.functional.max_pool2d(x, (2, 2), return_indices=True)[1].float()", f"{R}(1, 2, 4, 4)")  # noqa: E501
     task, cand = _generate(source)
     assert cand.declared_torch_ops  # with indices: left to PyTorch, named
     plan = plan_program(capture_program(task))
