@@ -114,18 +114,24 @@ def _decompose(
         sizes = args[1:]
         args = [args[0], list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], list | tuple) else list(sizes)]  # noqa: E501
     a = info.bind(args, kwargs)
-    if name in ORDER_SIGNATURES and returns_pair(name, a):
-        used = uses(fx_node)
-        if used is None:
-            return None  # the pair itself is passed on: the call stays in PyTorch
-        a = {**a, "_indices": 1 in used}
     refs = [v for v in _flat_values(a) if isinstance(v, Ref)]
     if not refs or any(ir.dtypes.get(r) not in ("float32", "int64", "bool") for r in refs):
         return None
-    count = len(ir.nodes)
     b = _Builder(ir, ours, fx_node.name)
+    if name in ORDER_SIGNATURES:
+        used = uses(fx_node) if returns_pair(name, a) else {0}
+        if used is None:
+            return None  # the pair itself is passed on: the call stays in PyTorch
+        return _all_or_nothing(ir, lambda: order_statistic(ir, b, name, a, 1 in used))
+    return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
+
+
+def _all_or_nothing(ir: ProgramIR, build: Any) -> Any:
+    """What ``build()`` returns; or ``None``, with every node it appended removed, when it
+    returns ``None`` or raises (shapes the rule does not cover: the call stays in PyTorch)."""
+    count = len(ir.nodes)
     try:
-        result = _decompose_call(ir, b, name, a)
+        result = build()
     except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
         result = None
     if result is None:
@@ -149,14 +155,8 @@ def _decompose_arrange(
     if name in ("meshgrid", "cartesian_prod"):
         tensors = list(args[0]) if len(args) == 1 and isinstance(args[0], list | tuple) else args
         args = []
-    count = len(ir.nodes)
-    try:
-        result = arrange(ir, _Builder(ir, ours, fx_node.name), name, info.bind(args, kwargs), tensors)
-    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
-        result = None
-    if result is None:
-        del ir.nodes[count:]
-    return result
+    b = _Builder(ir, ours, fx_node.name)
+    return _all_or_nothing(ir, lambda: arrange(ir, b, name, info.bind(args, kwargs), tensors))
 
 
 def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
@@ -264,8 +264,6 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return var, b("mean", torch.mean, x, a["dim"], bool(a["keepdim"]))
     if name in ("gru_cell", "lstm_cell"):
         return _rnn_cell(ir, b, name, a)
-    if name in ORDER_SIGNATURES:
-        return order_statistic(ir, b, name, a, bool(a.get("_indices")))
     if name in SAMPLE_SIGNATURES:
         return sample(ir, b, name, a)
     return compose(ir, b, name, a)

@@ -240,7 +240,8 @@ def _lower_assignment(
     writes: _Writes,
 ) -> None:
     """``y[index] = value`` as a new tensor for ``y`` (``_capture_setitem``), rebound as an
-    in-place write of ``y``; an assignment it does not reproduce is refused."""
+    in-place write of ``y``; an assignment it does not reproduce sends the capture to
+    ``torch.export``."""
     base = fx_node.args[0]
     view_write = assigned_view(fx_node)
     allow = (base.name, view_write.name) if view_write is not None else None

@@ -52,13 +52,11 @@ def region(index: Any, shape: tuple[int, ...], env: dict[str, Any]) -> list[Any]
                 return None
             whole = start == 0 and stop == size and step == 1
             dims.append(("all",) if whole else ("slice", start, max(stop, start), step))
-        elif isinstance(_subst(item, env), int) and not isinstance(_subst(item, env), bool):
+        else:
             k = _subst(item, env)
-            if not -size <= k < size:
+            if not isinstance(k, int) or isinstance(k, bool) or not -size <= k < size:
                 return None
             dims.append(("int", k % size))
-        else:
-            return None
     return dims
 
 

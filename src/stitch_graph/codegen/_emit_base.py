@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitch_graph.codegen._cat_slices import CatSlice
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.ops import INDEXED, lookup
 from stitch_graph.codegen.schedule import index_position
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
@@ -37,6 +37,15 @@ def _grid_stride_blocks(n: int, block: int, waves: int) -> int:
 
 class EmitError(ValueError):
     """The plan asks for something the emitter cannot produce."""
+
+
+def _line_layout(shape: tuple[int, ...], dim: int) -> tuple[int, int, int, str]:
+    """The lines along ``dim`` of a contiguous tensor of ``shape``: their length, the stride
+    ``inner`` between a line's elements, their count, and where line ``r`` starts (an
+    expression of ``r``)."""
+    outer, length, inner = row_layout(shape, [dim]) if shape else (1, 1, 1)
+    base = f"(r / {inner}) * {length * inner} + r % {inner}" if inner > 1 else f"r * {length}"
+    return length, inner, outer * inner, base
 
 
 def _literal(value: Any) -> str:

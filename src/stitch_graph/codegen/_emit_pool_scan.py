@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _literal
+from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _line_layout, _literal
 from stitch_graph.codegen._emit_sort import _SortEmitter
-from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
+from stitch_graph.codegen.ir import Group, Ref, numel
 from stitch_graph.codegen.schedule import pool_dims
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -372,8 +372,7 @@ class _PoolScanEmitter(_SortEmitter):
         x: Ref = node.args["input"]
         xs = ir.shapes[x]
         dim = int(node.args["dim"]) % max(len(xs), 1)
-        outer, length, inner = row_layout(xs, [dim]) if xs else (1, 1, 1)
-        lines_n = outer * inner
+        length, inner, lines_n, base = _line_layout(xs, dim)
         out = ir.node(g.output)
         big = numel(xs) >= 2**31
         index = "long long" if big else "int"
@@ -389,7 +388,6 @@ class _PoolScanEmitter(_SortEmitter):
         otype = _CTYPE.get(out.dtype, "float")
         block = min(tun.block_size, 1024)
         warp = inner == 1 and tun.rows_per_block != 1 and length > 1
-        base = f"(r / {inner}) * {length * inner} + r % {inner}" if inner > 1 else f"r * {length}"
         if not warp:
             src = [
                 f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase
-from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
+from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase, _line_layout
+from stitch_graph.codegen.ir import Group, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
 MAX_SORT_LINE = 8192  # keys a block holds in shared memory: 32 KiB of the static 48 KiB
@@ -63,8 +63,7 @@ class _SortEmitter(_EmitterBase):
         indices = node.op == "sort_indices"
         key_t = "unsigned long long" if indices else "unsigned int"
         last = "0xFFFFFFFFFFFFFFFFull" if indices else "0xFFFFFFFFu"
-        outer, length, inner = row_layout(xs, [dim]) if xs else (1, 1, 1)
-        lines_n = outer * inner
+        length, inner, lines_n, base = _line_layout(xs, dim)
         padded = 1 << max(1, math.ceil(math.log2(max(length, 2))))
         threads = max(32, min(tun.block_size, 1024, padded // 2))
         index = "long long" if numel(xs) >= 2**31 else "int"
@@ -76,7 +75,6 @@ class _SortEmitter(_EmitterBase):
         post_env = {node.name: f"v_{node.name}"}  # the prologue's values are the sort's alone
         post = self.exprs(g.epilogue, xs, "i", post_env, args)
         otype = _CTYPE.get(out.dtype, "float")
-        base = f"(r / {inner}) * {length * inner} + r % {inner}" if inner > 1 else f"r * {length}"
         order = "descending" if descending else "ascending"
         stored = "(long long)(keys[k] & 0xFFFFFFFFull)" if indices else _value("keys[k]", descending)
         src = [
