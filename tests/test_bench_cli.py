@@ -307,6 +307,22 @@ def test_baselines_ask_the_reference_worker_for_all_four_sides_in_fp32(tmp_path)
     assert out["baseline_gpu"] == "2" and out["baseline_seconds"] == 3.0
 
 
+def test_the_baselines_worker_is_the_runs_reference_and_is_never_taken_from_a_cache(tmp_path):
+    from stitch_graph.artifacts import Task
+    from stitch_graph.bench import time_baselines
+    from stitch_graph.execution import RunSettings
+    from stitch_graph.execution.reference import ensure_reference
+
+    executor = _AnsweringExecutor({"eager_ms": 2.0, "compile_ms": 1.5})
+    task = Task(name="t", source=(CORPUS / "problems" / "bias_relu.py").read_text())
+    settings = RunSettings(work_dir=str(tmp_path))
+    time_baselines(task, settings, executor=executor)
+    reference = ensure_reference(task, settings, executor=executor)  # what the Verifier asks
+    assert len(executor.jobs) == 1 and reference.meta["eager_ms"] == 2.0
+    time_baselines(task, settings, executor=executor)  # a later run times its own baselines
+    assert len(executor.jobs) == 2
+
+
 def test_a_run_report_becomes_a_row_with_rounds_and_time_spent():
     from stitch_graph.artifacts import (
         BestProgram,

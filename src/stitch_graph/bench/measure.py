@@ -1,7 +1,8 @@
 """One problem's row: the baselines timed in a reference worker, and what the run or verdict found.
 
-The baselines are timed in one reference worker per problem, with the Verifier's timing rules
-(CUDA events, warm-up, flushed L2, inputs refilled in place, median of the runs): eager,
+The baselines are timed in one reference worker per problem, before its run (that worker is then
+the run's reference), with the Verifier's timing rules (CUDA events, warm-up, flushed L2, inputs
+refilled in place, median of the runs): eager,
 ``torch.compile`` default and reduce-overhead in true FP32 (TF32 off, as the candidate is judged),
 and eager again under PyTorch's default precision flags (cuDNN may use TF32), labelled apart,
 because that is what users get when they set nothing. The candidate's own time comes from its
@@ -10,14 +11,12 @@ worker in the run. Without a GPU nothing is timed and the row says ``compiled_on
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from typing import Any
 
 from stitch_graph.artifacts import RoundRecord, RunReport, Task
 from stitch_graph.bench.suite import BASELINES, group_of, speedup
-from stitch_graph.execution.executor import Executor, Job, run_on
-from stitch_graph.execution.reference import _inductor_cache_dir, reference_payload
+from stitch_graph.execution.executor import Executor
+from stitch_graph.execution.reference import ReferenceFailed, ensure_reference
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = ["add_speedups", "row_from_report", "row_from_verdict", "time_baselines"]
@@ -28,6 +27,10 @@ def time_baselines(
 ) -> dict[str, Any]:
     """Eager (FP32 and default flags), torch.compile and reduce-overhead times of ``task``.
 
+    They are timed now, in the Verifier's reference worker, which then stands as the run's
+    reference: the candidate or graph run that follows compares with its outputs instead of
+    starting a second worker that would time eager and ``torch.compile`` again.
+
     Args:
         task: The problem.
         settings: Seed, trials, timing runs and limits (TF32 as the candidate is judged).
@@ -37,31 +40,17 @@ def time_baselines(
         ``<baseline>_ms`` for each baseline (None where it failed), errors, and
         ``baseline_seconds``; ``baseline_error`` when the worker itself failed.
     """
-    scratch = settings.root() / "bench-baselines" / f"{task.digest}-{uuid.uuid4().hex[:8]}"
-    payload = reference_payload(task, settings)
-    payload.update(reduce_overhead=True, default_flags_eager=True)
-    job = Job(
-        kind="reference",
-        payload=payload,
-        timeout_s=max(settings.timeout_s, 600.0),  # two torch.compile modes, cold
-        memory_limit_mb=settings.worker_memory_mb,
-        scratch_dir=str(scratch),
-        env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
-    )
     try:
-        result = run_on(executor, job)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # saved inputs and outputs: not needed
-    out: dict[str, Any] = {"baseline_seconds": round(result.seconds, 2)}
-    if result.status != "ok":
-        out["baseline_error"] = result.reason or result.status
-        return out
+        meta = ensure_reference(task, settings, executor=executor, baselines=True).meta
+    except ReferenceFailed as exc:
+        return {"baseline_error": exc.reason}
+    out: dict[str, Any] = {"baseline_seconds": round(meta["seconds"], 2)}
     for baseline in BASELINES:
-        out[f"{baseline}_ms"] = result.result.get(f"{baseline}_ms")
-        if result.result.get(f"{baseline}_error"):
-            out[f"{baseline}_error"] = result.result[f"{baseline}_error"][:300]
-    if result.gpu is not None:
-        out["baseline_gpu"] = result.gpu
+        out[f"{baseline}_ms"] = meta.get(f"{baseline}_ms")
+        if meta.get(f"{baseline}_error"):
+            out[f"{baseline}_error"] = meta[f"{baseline}_error"][:300]
+    if meta.get("gpu") is not None:
+        out["baseline_gpu"] = meta["gpu"]
     return out
 
 

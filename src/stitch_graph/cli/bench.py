@@ -3,8 +3,9 @@
 SUITE is a folder of KernelBench-format problems (a KernelBench level folder, a folder of levels,
 or the project's ``problems/``), searched recursively. For each problem the command runs the graph
 with the chosen agents (rule-based by default), or with ``--candidates DIR`` only checks the
-candidate found there for it with the ``verify`` protocol; then, on a GPU, it times the baselines
-(eager in FP32 and under PyTorch's default flags, ``torch.compile`` default and reduce-overhead).
+candidate found there for it with the ``verify`` protocol. On a GPU the baselines (eager in FP32
+and under PyTorch's default flags, ``torch.compile`` default and reduce-overhead) are timed first,
+in the reference worker whose outputs the run then compares with.
 
 Each finished problem is one line of ``OUT/rows.jsonl``, written durably before the next starts,
 so the same command run again continues a killed sweep where it stopped (``--rerun-errors`` also
@@ -104,7 +105,7 @@ def measure_problem(
     host: str,
     gpu: bool,
 ) -> dict[str, Any]:
-    """The row of one problem (graph run or verdict, then baselines); failures become rows.
+    """The row of one problem (baselines, then graph run or verdict); failures become rows.
 
     Args:
         path: The problem file.
@@ -126,14 +127,16 @@ def measure_problem(
     mine: list[Any] = []
     recorded = RecordingExecutor(executor, tag=problem, records=mine)
     try:
+        baselines = {}
+        if gpu and not args.no_baselines:  # first: their worker is the run's reference
+            baselines = time_baselines(load_task(str(path)), settings, executor=recorded)
         if args.candidates:
             row = _run_candidate(path, problem, Path(args.candidates), settings, recorded, host)
         else:
             row = _run_graph(
                 path, problem, dataclasses.replace(ctx, executor=RunnerOn(recorded)), host
             )
-        if gpu and not args.no_baselines and row.get("candidate_ms"):  # a time to compare
-            row.update(time_baselines(load_task(str(path)), settings, executor=recorded))
+        row.update(baselines)
     except Exception as exc:  # noqa: BLE001 - one problem's failure is a row, not the end
         row = {
             "problem": problem,

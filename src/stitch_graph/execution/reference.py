@@ -8,7 +8,8 @@ draws), runs the model with TF32 off unless allowed, saves inputs, outputs and t
 and times eager and ``torch.compile`` (default mode) on the same inputs; ``reduce_overhead`` and
 ``default_flags_eager`` in the payload (off unless asked, as for the benchmark's baselines) add
 ``torch.compile(mode="reduce-overhead")`` and eager under PyTorch's default precision flags. The result is cached on
-disk per (task digest, device, settings) so every candidate of a run is compared with the same one.
+disk per (task digest, device, settings) so every candidate of a run is compared with the same one;
+a benchmark's baseline run replaces the cached one, so its worker is the candidates' reference too.
 """
 
 from __future__ import annotations
@@ -280,6 +281,7 @@ def ensure_reference(
     *,
     executor: Executor | None = None,
     device: str = "cuda",
+    baselines: bool = False,
 ) -> ReferenceData:
     """The cached reference run of ``task``, running it in a worker first if needed.
 
@@ -288,6 +290,9 @@ def ensure_reference(
         settings: Trials, seed, TF32, timing runs, work folder, limits.
         executor: Where the worker runs; a one-off ``LocalGPUExecutor`` when ``None``.
         device: ``"cuda"``, or ``"cpu"`` for GPU-less tests (no timings).
+        baselines: Run it now whatever is cached, also timing reduce-overhead and eager under
+            PyTorch's default flags: a benchmark's baselines, timed in this run, whose worker's
+            outputs then serve the candidates too (one reference worker a problem, not two).
 
     Returns:
         The reference data.
@@ -302,14 +307,18 @@ def ensure_reference(
     folder = root / key
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (folder / META_FILE).exists():
+        if not baselines and (folder / META_FILE).exists():
             return ReferenceData(folder, json.loads((folder / META_FILE).read_text()))
         staging = root / f"{key}.staging"
         shutil.rmtree(staging, ignore_errors=True)
+        payload = reference_payload(task, settings, device)
+        if baselines:
+            payload.update(reduce_overhead=True, default_flags_eager=True)
         job = Job(
             kind="reference",
-            payload=reference_payload(task, settings, device),
-            timeout_s=max(settings.timeout_s, 300.0),  # torch.compile takes a while when cold
+            payload=payload,
+            # torch.compile takes a while when cold, and twice as long in two modes
+            timeout_s=max(settings.timeout_s, 600.0 if baselines else 300.0),
             memory_limit_mb=settings.worker_memory_mb,
             scratch_dir=str(staging),
             env={"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()},
@@ -321,6 +330,8 @@ def ensure_reference(
             raise ReferenceFailed(msg)
         meta = dict(result.result)
         meta["seconds"] = result.seconds
+        meta["gpu"] = result.gpu
+        staging.mkdir(parents=True, exist_ok=True)
         (staging / META_FILE).write_text(json.dumps(meta))
         for name in ("job.json", "stdout.txt", "stderr.txt", "result.json"):
             (staging / name).unlink(missing_ok=True)
