@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from stitch_graph.codegen._cuda import ACTIVATIONS, PRELUDE
+from stitch_graph.runtime.kernels import KernelLibrary
 
 _SHIM = r"""
 #include <math.h>
@@ -251,6 +252,8 @@ class CpuKernels:
     def graphed(self, module: Any, launch: Any, *args: Any) -> Any:
         """The runtime's CUDA-graph replay, here a plain call of the launch function."""
         return launch(*args)
+
+    guard = staticmethod(KernelLibrary.guard)
 
     def __getattr__(self, name: str) -> Any:
         types = self.params[name]

@@ -45,6 +45,7 @@ from stitch_graph.codegen._capture_passes import (
     _insert_copies,
     _split_library_bias,
 )
+from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
@@ -394,6 +395,8 @@ def _lower_call(
         rewritten = _rewrite_call(ir, fx_node, call_args, call_kwargs)
         if rewritten is not None:
             op, call, call_args, call_kwargs = rewritten
+        elif fx_node.target is guard:  # a decision of the traced path, checked by the host
+            op, call = GUARD_OP, "KERNELS.guard"
         else:
             op = _canonical_name(fx_node)
             call = (

@@ -16,15 +16,18 @@ from typing import Any
 import torch
 
 from stitch_graph.codegen._capture_base import _to_meta
+from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, matrix_layout
 from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, lookup
 
 
 def _eliminate_dead(ir: ProgramIR) -> None:
-    """Drop nodes nothing reads (e.g. the tuple-valued ``max`` once its getitems are lowered)."""
+    """Drop nodes nothing reads (e.g. the tuple-valued ``max`` once its getitems are lowered),
+    but never a guard (it is read by the host's check)."""
+    guards = {n.name for n in ir.nodes if n.op == GUARD_OP}
     while True:
         users = ir.users()
-        dead = {n for n, u in users.items() if not u}
+        dead = {n for n, u in users.items() if not u and n not in guards}
         if not dead:
             return
         ir.nodes = [n for n in ir.nodes if n.name not in dead]

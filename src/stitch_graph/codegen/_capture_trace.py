@@ -2,7 +2,8 @@
 
 ``torch.fx`` traces through every submodule but the normalisations, whose forwards branch on
 sizes (they become functional calls, see ``_module_call``), and records ``x += y`` as a write;
-``torch.export`` takes over when fx fails. ``_RecordingShapeProp`` then runs the graph on meta
+``torch.export`` takes over when fx fails, and ``torch.export.draft_export`` on real inputs when
+the forward's control flow reads tensor values (``_capture_guards``). ``_RecordingShapeProp`` then runs the graph on meta
 tensors and keeps every node's value (tensors for shapes and storages, Python values for constant
 folding), so a problem with gigabytes of weights traces in milliseconds.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import inspect
 import operator
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,8 +23,12 @@ from torch.fx.passes.shape_prop import ShapeProp
 from stitch_graph.artifacts import Task
 from stitch_graph.codegen._capture_aliases import _INPLACE_DUNDERS
 from stitch_graph.codegen._capture_base import CaptureError
+from stitch_graph.codegen._capture_guards import data_dependent, draft_export, quiet_export
 from stitch_graph.codegen.ir import Ref
 from stitch_graph.shapes import is_recurrent, recurrent_outputs
+
+RealRun = Callable[[], tuple[torch.nn.Module, list[Any]]]
+"""Builds the model on the CPU with real weights, and real inputs for it."""
 
 _LEAF_MODULES = (
     torch.nn.modules.batchnorm._BatchNorm,
@@ -200,6 +206,17 @@ def _meta_inputs(task: Task, namespace: dict[str, Any]) -> tuple[list[Any], list
     return values, dtypes
 
 
+def _real_inputs(namespace: dict[str, Any], meta_args: list[Any]) -> list[Any]:
+    """CPU inputs with values, for a trace that must see them: ``get_inputs()`` seeded, else
+    random tensors shaped like ``meta_args``."""
+    torch.manual_seed(0)
+    if "get_inputs" in namespace:
+        return list(namespace["get_inputs"]())
+    return [
+        torch.randn(a.shape).to(a.dtype) if torch.is_tensor(a) else a for a in meta_args
+    ]
+
+
 def _graph_to_meta(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Parameters, buffers and plain tensor attributes the graph reads, moved to meta."""
     gm = gm.to("meta")
@@ -228,7 +245,11 @@ def _returns_leaf(gm: torch.fx.GraphModule) -> bool:
     return spec is not None and getattr(spec, "type", tuple) is None
 
 
-def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
+def _export(
+    model: torch.nn.Module, args: list[Any], real: RealRun | None = None
+) -> torch.fx.GraphModule:
+    """``torch.export`` of ``model``; where its control flow reads tensor values and ``real``
+    gives a real model and inputs, the path those take (``_capture_guards``)."""
     tensors = [*model.parameters(), *model.buffers()]
     tensors += [v for m in model.modules() for v in vars(m).values() if torch.is_tensor(v)]
     if any(t.device.type == "cpu" for t in tensors):
@@ -244,8 +265,14 @@ def _export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModule:
         with warnings.catch_warnings():
             # nn.LSTM/GRU keep their weights in a plain list as well: export says so, harmlessly
             warnings.filterwarnings("ignore", message="The tensor attributes", category=UserWarning)
-            return torch.export.export(model, tuple(args)).module()
+            with quiet_export():
+                return torch.export.export(model, tuple(args)).module()
     except Exception as error:  # noqa: BLE001
+        if real is not None and data_dependent(error):
+            try:
+                return draft_export(*real())
+            except Exception as draft_error:  # noqa: BLE001
+                error = draft_error
         msg = f"the fx trace does not run and torch.export failed ({error})"
         raise CaptureError(msg) from error
 
@@ -258,7 +285,9 @@ def _unpassed_defaults(model: torch.nn.Module, args: list[Any]) -> dict[str, Any
             if p.default is not inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
 
 
-def _trace(model: torch.nn.Module, args: list[Any]) -> tuple[torch.fx.GraphModule, str]:
+def _trace(
+    model: torch.nn.Module, args: list[Any], real: RealRun | None = None
+) -> tuple[torch.fx.GraphModule, str]:
     try:
         if _unpassed_defaults(model, args):
             raise CaptureError("forward has parameters the inputs leave at their defaults")
@@ -266,7 +295,7 @@ def _trace(model: torch.nn.Module, args: list[Any]) -> tuple[torch.fx.GraphModul
         return torch.fx.GraphModule(model, graph), "fx"
     except Exception as fx_error:  # noqa: BLE001 - any trace failure falls back to export
         try:
-            return _export(model, args), "export"
+            return _export(model, args, real), "export"
         except Exception as export_error:  # noqa: BLE001
             msg = f"fx trace failed ({fx_error}); torch.export failed too ({export_error})"
             raise CaptureError(msg) from export_error

@@ -27,6 +27,7 @@ nodes, contiguous copies).
 
 from __future__ import annotations
 
+import linecache
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from stitch_graph.codegen._capture_base import CaptureError, _PropagationError
 from stitch_graph.codegen._capture_lower import _lower
 from stitch_graph.codegen._capture_trace import (
     _build_model,
+    _real_inputs,
     _export,
     _meta_inputs,
     _meta_model,
@@ -60,7 +62,10 @@ def capture_program(task: Task) -> ProgramIR:
         CaptureError: The source has no ``Model`` or cannot be traced.
     """
     namespace: dict[str, Any] = {"__name__": f"stitch_task_{task.digest}"}
-    exec(compile(task.source, task.path or f"<task {task.name}>", "exec"), namespace)  # noqa: S102
+    filename = task.path or f"<task {task.name}>"
+    # the source by its file name for inspect (draft_export reads the forward's source lines)
+    linecache.cache[filename] = (len(task.source), None, task.source.splitlines(True), filename)
+    exec(compile(task.source, filename, "exec"), namespace)  # noqa: S102
     if "Model" not in namespace:
         msg = f"task {task.name!r} defines no class Model"
         raise CaptureError(msg)
@@ -69,7 +74,11 @@ def capture_program(task: Task) -> ProgramIR:
         init_args = list(namespace["get_init_inputs"]())
     model = _meta_model(namespace, init_args)
     args, in_dtypes = _meta_inputs(task, namespace)
-    gm, method = _trace(model, args)
+
+    def real() -> tuple[torch.nn.Module, list[Any]]:
+        return _build_model(namespace, init_args, "cpu"), _real_inputs(namespace, args)
+
+    gm, method = _trace(model, args, real)
     state = model.state_dict()
     needs_values = any(n.op == "get_attr" and n.target not in state for n in gm.graph.nodes) or any(
         name in m._non_persistent_buffers_set
@@ -85,7 +94,7 @@ def capture_program(task: Task) -> ProgramIR:
 
     if needs_values and on_meta:
         model = fresh()
-        gm, method = _trace(model, args)
+        gm, method = _trace(model, args, real)
         state = model.state_dict()
     try:
         return _lower(task, model, gm, method, args, in_dtypes, state)
@@ -95,5 +104,5 @@ def capture_program(task: Task) -> ProgramIR:
     # the fx graph does not run (a forward that assigns module attributes, say): export a
     # freshly built model instead (the trace may have changed the old one)
     model = fresh()
-    gm = _export(model, args)
+    gm = _export(model, args, real)
     return _lower(task, model, gm, "export", args, in_dtypes, model.state_dict())

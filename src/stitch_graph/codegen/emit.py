@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from stitch_graph.artifacts import Candidate, Plan
+from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen._cat_slices import cat_slices, slices_of
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.codegen._emit_base import EmitError, _py
@@ -306,11 +307,15 @@ def emit_candidate(
     for cat in kept:  # allocated before the kernels that write into it
         shape = list(ir.node(cat).shape)
         body.append(f"{cat} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
+    guards: list[str] = []  # checked once every kernel is launched: one wait, at the end
     for node in ir.nodes:
         if node.name in launch_at:
             body.extend(launch_at[node.name])
             continue
         if node.name in covered:
+            continue
+        if node.op == GUARD_OP:
+            guards.append(_torch_line(node).split(" = ", 1)[1])
             continue
         kind, _ = node_kind(ir, node)
         line = _torch_line(node)
@@ -324,6 +329,7 @@ def emit_candidate(
             for name in (node.op, node.call.rsplit(".", 1)[-1]):
                 if name not in declared:
                     declared.append(name)
+    body.extend(guards)
     outs = [ref.name if ref.kind != "param" else _py(ref) for ref in ir.outputs]
     if ir.output_is_tuple:
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
@@ -348,7 +354,7 @@ def emit_candidate(
         task=ir.task.name, n_items=len(plan.items), declared=note, params=params, inputs=inputs
     )
     graphed = (tuning.cuda_graph if tuning.cuda_graph is not None else plan.host.cuda_graph) and (
-        not declared
+        not declared and not guards  # a replay could not check a guard
     )
     if graphed:  # launch-bound: the runtime captures _launch in a CUDA graph and replays it
         header += (

@@ -187,6 +187,10 @@ def _dims(value: int | Sequence[int]) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
+class GuardFailed(RuntimeError):
+    """An input took a path through a traced forward that its program does not compute."""
+
+
 class KernelLauncher:
     """One kernel; calling it launches it on PyTorch's current CUDA stream."""
 
@@ -381,6 +385,24 @@ class KernelLibrary:
         if dnn is None:
             dnn = self._dnn = _runtime_class("Cudnn", "cudnn")(_loaded_library)
         return dnn
+
+    @staticmethod
+    def guard(condition: Any, message: str) -> None:
+        """Check a decision the program's forward took when it was traced on real inputs.
+
+        A forward whose control flow reads tensor values is generated for the path its example
+        inputs took; ``condition`` (a 0-d tensor the kernels computed) says whether this input
+        takes it too. Reading it waits for the kernels, so programs check once, at the end.
+
+        Raises:
+            GuardFailed: This input takes another path, which the program does not compute.
+        """
+        if not bool(condition):
+            msg = (
+                f"this input takes a path through forward that the program was not generated "
+                f"for ({message}); generate it again from inputs that take this path"
+            )
+            raise GuardFailed(msg)
 
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
         """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
