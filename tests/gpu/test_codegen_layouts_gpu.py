@@ -1,7 +1,8 @@
 """Generated programs on a real GPU for the layouts the CPU emulation checks: concatenations
 written in place by cuDNN epilogues and scans, batch norm over (N, C) in column tiles,
-repeated layers sharing one kernel, and activations computed with ``__expf``/``__logf`` (whose
-accuracy the CPU emulation cannot show). Each matches PyTorch at 1e-4 (TF32 off) on three draws."""
+repeated layers sharing one kernel, activations computed with ``__expf``/``__logf`` (whose
+accuracy the CPU emulation cannot show), sorts, scatters, and a forward that branches on a
+value. Each matches PyTorch at 1e-4 (TF32 off) on three draws."""
 
 from __future__ import annotations
 
@@ -179,6 +180,27 @@ def get_init_inputs():
     return []
 """
 
+_GUARDED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        if x.mean() > 0:  # a decision on a value: the traced path, checked by the host
+            return F.gaussian_nll_loss(y, x, x * 0.5 + 0.1, reduction="none") + torch.relu(y)
+        return x - 1
+
+
+def get_inputs():
+    return [torch.rand(256, 4096) + 0.1, torch.randn(256, 4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 CASES = {
     "fire_module_cat_in_place": (_FIRE, "written in place by its operands' kernels"),
     "exclusive_cumsum_cat_in_place": (_CUMSUM, "written in place by its operands' kernels"),
@@ -188,6 +210,7 @@ CASES = {
     "order_statistics_one_sort": (_ORDER, "bitonic"),
     "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
     "topk_and_argsort_indices": (_ARGSORT, "positions"),
+    "branch_on_a_value_guarded": (_GUARDED, "KERNELS.guard("),
 }
 
 
@@ -224,3 +247,22 @@ def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
         inputs = [x.cuda() for x in namespace["get_inputs"]()]
         with torch.no_grad():
             torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_guarded_program_raises_for_an_input_on_another_path() -> None:
+    import torch
+
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.runtime import GuardFailed
+    from stitch_graph.runtime.kernels import KernelLibrary
+    from stitch_graph.task import load_task
+
+    ir = capture_program(load_task(_GUARDED))
+    program = emit_candidate(ir, plan_program(ir))
+    host = {"KERNELS": KernelLibrary(program.kernel_source), "__name__": "candidate"}
+    exec(compile(program.host_source, "<host>", "exec"), host)  # noqa: S102
+    model = host["ModelNew"]().cuda()
+    x, y = (torch.rand(256, 4096, device="cuda") + 0.1), torch.randn(256, 4096, device="cuda")
+    model(x, y)
+    with pytest.raises(GuardFailed):
+        model(-x, y)
