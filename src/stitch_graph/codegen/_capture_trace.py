@@ -3,9 +3,10 @@
 ``torch.fx`` traces through every submodule but the normalisations, whose forwards branch on
 sizes (they become functional calls, see ``_module_call``), and records ``x += y`` as a write;
 ``torch.export`` takes over when fx fails, and ``torch.export.draft_export`` on real inputs when
-the forward's control flow reads tensor values (``_capture_guards``). ``_RecordingShapeProp`` then runs the graph on meta
-tensors and keeps every node's value (tensors for shapes and storages, Python values for constant
-folding), so a problem with gigabytes of weights traces in milliseconds.
+the forward's control flow reads tensor values (``_capture_guards``). ``_RecordingShapeProp``
+then runs the graph on meta tensors and keeps every node's value (tensors for shapes and
+storages, Python values for constant folding), so a problem with gigabytes of weights traces in
+milliseconds.
 """
 
 from __future__ import annotations

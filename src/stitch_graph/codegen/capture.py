@@ -37,10 +37,10 @@ from stitch_graph.codegen._capture_base import CaptureError, _PropagationError
 from stitch_graph.codegen._capture_lower import _lower
 from stitch_graph.codegen._capture_trace import (
     _build_model,
-    _real_inputs,
     _export,
     _meta_inputs,
     _meta_model,
+    _real_inputs,
     _trace,
 )
 from stitch_graph.codegen.ir import ProgramIR
