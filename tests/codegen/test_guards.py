@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import Tuning
+from stitch_graph.codegen import CaptureError, Tuning, capture_program
 from stitch_graph.runtime import GuardFailed
+from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked, load_on_cpu
 
 _PROBLEM = """
@@ -72,3 +73,14 @@ def test_a_guarded_program_is_never_replayed_from_a_cuda_graph() -> None:
     # the checks come after every launch: one wait for the kernels, at the end
     body = program.host_source.split("def forward", 1)[1]
     assert body.rindex("KERNELS.k") < body.index("KERNELS.guard(")
+
+
+def test_a_value_read_on_the_host_that_feeds_compute_is_refused() -> None:
+    # it may decide a branch as well, which the graph does not show: no program, a clear reason
+    body = """\
+        s = x.sum()
+        if s > 0:
+            return x * s.item()
+        return x"""
+    with pytest.raises(CaptureError, match="value read on the host"):
+        capture_program(load_task(_PROBLEM.format(body=body)))

@@ -3,12 +3,13 @@
 ``torch.export`` refuses a forward whose Python control flow reads tensor values (``if
 x.mean() > 0:``, or a library's argument check such as ``gaussian_nll_loss``'s ``var < 0``).
 ``torch.export.draft_export`` runs such a forward on real inputs instead and records the path
-they took, each decision an ``_assert_scalar`` on an ``item()`` of a tensor. Here those decisions
-become tensor ops: ``item`` is its 0-d tensor, ``sym_ite`` and ``sym_not`` are ``where`` and
-``logical_not``, scalar comparisons compare tensors, and each assertion is a ``guard`` node. The
-program computes the conditions with its own kernels, and its host checks them once its kernels
-are launched (``KERNELS.guard``): an input that would take another path raises rather than get
-the traced path's answer.
+they took. Each decision read a 0-d tensor on the host (an ``item``); how the graph records the
+decision differs between torch versions (runtime assertions, or nothing), so it is rebuilt here
+from the value each ``item`` had on the real inputs: a ``guard`` node that the tensor still has
+that value. The program computes the conditions with its own kernels, and its host checks them
+once its kernels are launched (``KERNELS.guard``): an input that would take another path raises
+rather than get the traced path's answer. A value read on the host that also feeds tensor
+compute is refused: whether it decided a branch as well cannot be told from the graph.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.fx
+
+from stitch_graph.codegen._capture_base import CaptureError
 
 __all__ = ["GUARD_OP", "data_dependent", "draft_export", "guard", "quiet_export"]
 
@@ -52,8 +54,9 @@ def draft_export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModul
     """The path ``args`` (real tensors) take through ``model``, its decisions as guards."""
     with quiet_export():
         gm = torch.export.draft_export(model, tuple(args)).module()
-    _decisions_as_tensor_ops(gm)
-    _one_guard(gm)
+    read = _values_read(gm, args)
+    _drop_scalar_logic(gm, read)
+    _guard_values(gm, read)
     return gm
 
 
@@ -76,48 +79,62 @@ def quiet_export() -> Iterator[None]:
 _CHATTY = ("torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes")
 
 _SCALAR_OF_TENSOR = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default}
-_REPLACED: dict[Any, Callable[..., Any]] = {
-    torch.sym_ite: torch.where,
-    torch.sym_not: torch.logical_not,
-    torch.ops.aten._assert_scalar.default: guard,
-}
-_DROPPED = {
-    torch.ops.aten.sym_constrain_range.default,
-    torch.ops.aten.sym_constrain_range_for_size.default,
-}
 
 
-def _decisions_as_tensor_ops(gm: torch.fx.GraphModule) -> None:
-    """Rewrite the scalar decisions of a draft-exported graph into tensor ops (in place)."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
+def _values_read(gm: torch.fx.GraphModule, args: list[Any]) -> dict[torch.fx.Node, Any]:
+    """Each host read of a tensor (``item``) in ``gm`` and the value it had on ``args``."""
+    read: dict[torch.fx.Node, Any] = {}
+
+    class _Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            value = super().run_node(n)
+            if n.op == "call_function" and n.target in _SCALAR_OF_TENSOR:
+                read[n] = value
+            return value
+
+    with torch.no_grad():
+        _Recorder(gm).run(*args)
+    return read
+
+
+def _drop_scalar_logic(gm: torch.fx.GraphModule, read: dict[torch.fx.Node, Any]) -> None:
+    """Erase what the graph computes from the values read (symbolic comparisons, assertions),
+    refusing a read value that reaches a tensor op."""
+    derived: list[torch.fx.Node] = []
+    seen = set(read)
+    for node in gm.graph.nodes:
+        if node in seen or not any(a in seen for a in node.all_input_nodes):
             continue
-        if node.target in _SCALAR_OF_TENSOR:
-            node.replace_all_uses_with(node.args[0])  # the 0-d tensor stands for its value
-            gm.graph.erase_node(node)
-        elif node.target in _DROPPED:
-            gm.graph.erase_node(node)
-        elif node.target in _REPLACED:
-            node.target = _REPLACED[node.target]
-        elif node.target is operator.not_:
-            node.target = torch.logical_not
-    gm.graph.lint()
-    gm.recompile()
-
-
-def _one_guard(gm: torch.fx.GraphModule) -> None:
-    """The graph's guards as one, on the conjunction of their conditions (in place): one
-    kernel computes them all, and the host waits once."""
-    guards = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is guard]
-    if len(guards) < 2:
-        return
-    with gm.graph.inserting_before(guards[-1]):
-        condition = guards[0].args[0]
-        for other in guards[1:]:
-            condition = gm.graph.call_function(torch.logical_and, (condition, other.args[0]))
-        message = "; ".join(str(g.args[1]) for g in guards)
-        gm.graph.call_function(guard, (condition, message))
-    for node in guards:
+        if torch.is_tensor(node.meta.get("val")):
+            msg = f"{node.name} computes with a tensor value read on the host ({node.format_node()})"
+            raise CaptureError(msg)
+        seen.add(node)
+        derived.append(node)
+    for node in reversed(derived):
         gm.graph.erase_node(node)
-    gm.graph.lint()
+
+
+def _guard_values(gm: torch.fx.GraphModule, read: dict[torch.fx.Node, Any]) -> None:
+    """One guard, after the graph's last node, that every read tensor still holds the value it
+    had when traced: one kernel computes the conjunction, and the host waits once."""
+    graph = gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    conditions: list[torch.fx.Node] = []
+    with graph.inserting_before(output):
+        for node, value in read.items():
+            tensor = node.args[0]
+            if isinstance(value, bool):
+                held = tensor if value else graph.call_function(torch.logical_not, (tensor,))
+            else:
+                held = graph.call_function(torch.eq, (tensor, value))
+            conditions.append(held)
+        if conditions:
+            condition = conditions[0]
+            for other in conditions[1:]:
+                condition = graph.call_function(torch.logical_and, (condition, other))
+            words = ", ".join(f"{n.args[0].name} was {v!r}" for n, v in read.items())
+            graph.call_function(guard, (condition, f"traced where {words}"))
+    for node in read:
+        graph.erase_node(node)
+    graph.lint()
     gm.recompile()
