@@ -33,6 +33,7 @@ from stitch_graph.codegen._capture_base import (
     _to_meta,
 )
 from stitch_graph.codegen._capture_decompose import _decompose
+from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_names import (
     _by_schema_names,
     _canonical_name,
@@ -45,7 +46,6 @@ from stitch_graph.codegen._capture_passes import (
     _insert_copies,
     _split_library_bias,
 )
-from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
