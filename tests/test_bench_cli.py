@@ -323,6 +323,38 @@ def test_the_baselines_worker_is_the_runs_reference_and_is_never_taken_from_a_ca
     assert len(executor.jobs) == 2
 
 
+def test_the_planners_timeline_comes_from_the_runs_reference_worker(tmp_path, monkeypatch):
+    """A graph run's baselines worker also profiles the forward for the Planner, so the
+    Planner's timeline and the Verifier's reference start no worker of their own; a cached
+    reference without a timeline is run again when one is asked for."""
+    from stitch_graph.artifacts import Task
+    from stitch_graph.bench import time_baselines
+    from stitch_graph.execution import RunSettings, profiling
+    from stitch_graph.execution.placement import RunnerOn
+    from stitch_graph.execution.reference import ensure_reference
+
+    timeline = {"hotspots": [{"op": "aten::relu", "cuda_time_us": 4.0, "share": 1.0}]}
+    timeline.update(busy_us=4.0, gap_us=12.0, span_us=16.0, kernels_per_forward=2.0)
+    executor = _AnsweringExecutor({"eager_ms": 2.0, "compile_ms": 1.5, "timeline": timeline})
+    task = Task(name="t", source=(CORPUS / "problems" / "bias_relu.py").read_text())
+    settings = RunSettings(work_dir=str(tmp_path))
+    time_baselines(task, settings, executor=executor, timeline=5)
+    assert executor.jobs[0].payload["timeline_iterations"] == 5
+    monkeypatch.setattr(profiling, "gpu_available", lambda: True)
+    report = RunnerOn(executor).reference_timeline(task, settings)
+    assert report.status == "passed" and report.hotspots[0].op == "aten::relu"
+    assert report.bottleneck == "launch" and abs(report.headroom - 0.75) < 1e-9
+    ensure_reference(task, settings, executor=executor)  # the Verifier's ask
+    assert len(executor.jobs) == 1
+
+    plain = _AnsweringExecutor({"eager_ms": 2.0, "compile_ms": 1.5})
+    other = RunSettings(work_dir=str(tmp_path / "other"))
+    ensure_reference(task, other, executor=plain)
+    assert "timeline_iterations" not in plain.jobs[0].payload
+    ensure_reference(task, other, executor=plain, timeline=5)
+    assert len(plain.jobs) == 2 and plain.jobs[1].payload["timeline_iterations"] == 5
+
+
 def test_a_run_report_becomes_a_row_with_rounds_and_time_spent():
     from stitch_graph.artifacts import (
         BestProgram,

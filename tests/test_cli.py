@@ -264,6 +264,18 @@ def _not_ready() -> str | None:
     return None
 
 
+def _slow_build_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose builds take 3 s more, in an empty build cache: a run stopped
+    once it starts compiling is stopped mid-build, not after a cached build has ended it."""
+    wrapper = tmp_path / "slow-nvcc"
+    wrapper.write_text(
+        '#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep 3 ;; esac\n'
+        f'exec {shlex.quote(str(find_nvcc()))} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return {**os.environ, "STITCH_NVCC": str(wrapper), "STITCH_CACHE_DIR": str(tmp_path / "c")}
+
+
 def _gpu_present() -> bool:
     try:
         from stitch_graph.execution import gpu_available
@@ -373,6 +385,7 @@ def test_a_killed_run_resumes_from_its_last_completed_step(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env=_slow_build_env(tmp_path),
     )
     log = out / "log.jsonl"
     deadline = time.time() + 120
@@ -422,6 +435,7 @@ def test_ctrl_c_prints_the_resume_command_which_works_from_any_folder(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=_slow_build_env(tmp_path),
     )
     log = started_in / "runs" / "swish" / "log.jsonl"
     deadline = time.time() + 120
@@ -518,5 +532,5 @@ def test_the_tuning_budget_reaches_the_run_settings(command, tmp_path):
     parser = build_parser()
     default = parser.parse_args([command, "p.py"])
     given = parser.parse_args([command, "p.py", "--tune-budget", "2.5"])
-    assert context_from_args(default, tmp_path).tune_budget_s == 60.0
+    assert context_from_args(default, tmp_path).tune_budget_s == 15.0
     assert context_from_args(given, tmp_path).tune_budget_s == 2.5

@@ -254,6 +254,7 @@ class CpuKernels:
         return launch(*args)
 
     guard = staticmethod(KernelLibrary.guard)
+    rnn_weights = staticmethod(KernelLibrary.rnn_weights)  # CPU weights: returned as they are
 
     def __getattr__(self, name: str) -> Any:
         types = self.params[name]

@@ -130,14 +130,19 @@ def graph_ops(task: Task) -> list[str] | None:
 
 
 def _reference_profile(task: Task, ctx: StitchContext) -> ProfileReport:
-    """Time the reference op by op where a GPU is present; say why not otherwise."""
+    """Time the reference op by op where a GPU is present; say why not otherwise.
+
+    It runs where the Verifier's candidates run (the context's executor), as part of the run's
+    reference worker, whose outputs and timings the Verifier then finds cached.
+    """
     try:
         from stitch_graph.execution import gpu_available, reference_timeline
     except ImportError as exc:  # pragma: no cover - execution is part of the package
         return ProfileReport(status="not_run", reason=f"execution unavailable: {exc}")
     if not gpu_available():
         return ProfileReport(status="not_run", reason="not run: no GPU", source="torch.profiler")
-    return reference_timeline(task, ctx)
+    timeline = getattr(ctx.executor, "reference_timeline", None)
+    return timeline(task, ctx) if timeline is not None else reference_timeline(task, ctx)
 
 
 def planner_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[str, Any]:

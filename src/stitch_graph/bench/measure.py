@@ -23,7 +23,7 @@ __all__ = ["add_speedups", "row_from_report", "row_from_verdict", "time_baseline
 
 
 def time_baselines(
-    task: Task, settings: RunSettings, *, executor: Executor | None = None
+    task: Task, settings: RunSettings, *, executor: Executor | None = None, timeline: int = 0
 ) -> dict[str, Any]:
     """Eager (FP32 and default flags), torch.compile and reduce-overhead times of ``task``.
 
@@ -35,13 +35,17 @@ def time_baselines(
         task: The problem.
         settings: Seed, trials, timing runs and limits (TF32 as the candidate is judged).
         executor: Where the reference worker runs; a private local one when None.
+        timeline: Forward calls the same worker then profiles for the Planner (a graph run's),
+            so that the Planner's timeline starts no second reference worker.
 
     Returns:
         ``<baseline>_ms`` for each baseline (None where it failed), errors, and
         ``baseline_seconds``; ``baseline_error`` when the worker itself failed.
     """
     try:
-        meta = ensure_reference(task, settings, executor=executor, baselines=True).meta
+        meta = ensure_reference(
+            task, settings, executor=executor, baselines=True, timeline=timeline
+        ).meta
     except ReferenceFailed as exc:
         return {"baseline_error": exc.reason}
     out: dict[str, Any] = {"baseline_seconds": round(meta["seconds"], 2)}

@@ -129,7 +129,10 @@ def measure_problem(
     try:
         baselines = {}
         if gpu and not args.no_baselines:  # first: their worker is the run's reference
-            baselines = time_baselines(load_task(str(path)), settings, executor=recorded)
+            timeline = 0 if args.candidates else 5  # the Planner's timeline, in the same worker
+            baselines = time_baselines(
+                load_task(str(path)), settings, executor=recorded, timeline=timeline
+            )
         if args.candidates:
             row = _run_candidate(path, problem, Path(args.candidates), settings, recorded, host)
         else:
@@ -465,7 +468,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--wall-time", type=float, default=1800.0, help="seconds per problem")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
     parser.add_argument(
-        "--tune-budget", type=float, default=60.0, help="seconds of autotuning a problem at most"
+        "--tune-budget", type=float, default=15.0, help="seconds of autotuning a problem at most"
     )
     parser.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
     parser.add_argument("--no-profile", action="store_true", help="skip ncu profiling")

@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-rounds", type=int, default=12)
     opt.add_argument("--wall-time", type=float, default=1800.0, help="seconds")
     opt.add_argument(
-        "--tune-budget", type=float, default=60.0, help="seconds of autotuning a run at most"
+        "--tune-budget", type=float, default=15.0, help="seconds of autotuning a run at most"
     )
     opt.add_argument("--arch", default="sm_90a", help="nvcc architecture (sm_90a: H100/H200)")
     opt.add_argument("--no-profile", action="store_true", help="skip ncu profiling")

@@ -175,6 +175,30 @@ def _render(value: Any) -> str:
     return repr(value)
 
 
+_RNN_MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+"""cuDNN's mode of each recurrent op PyTorch may run (``torch.backends.cudnn.rnn``)."""
+
+
+def _rnn_line(ir: ProgramIR, node: OpNode) -> str:
+    """A recurrent layer left to PyTorch (cuDNN), its weights laid out in one buffer first
+    (``KERNELS.rnn_weights``)."""
+    params = node.args["params"]
+    has_biases = bool(node.args.get("has_biases"))
+    per_layer = (4 if has_biases else 2) * (2 if node.args.get("bidirectional") else 1)
+    gates_h, input_size = ir.shapes[params[0]]
+    hidden = ir.shapes[params[1]][1]
+    if len(params) != per_layer * int(node.args["num_layers"]) or gates_h % hidden:
+        return _torch_line(node)  # projections or another layout: PyTorch's own handling
+    flat = (
+        f"KERNELS.rnn_weights({_render(list(params))}, {_RNN_MODES[node.op]}, {input_size}, "
+        f"{hidden}, {int(node.args['num_layers'])}, {bool(node.args.get('batch_first'))}, "
+        f"{bool(node.args.get('bidirectional'))}, {has_biases})"
+    )
+    args = [_render(a) for a in node.call_args]
+    args[2] = flat
+    return f"{node.name} = {node.call}({', '.join(args)})"
+
+
 def _torch_line(node: OpNode) -> str:
     if node.op == "setitem":  # y[index] = value on a copy: the node is a new tensor
         base, index, value = (_render(a) for a in node.call_args)
@@ -318,7 +342,8 @@ def emit_candidate(
             guards.append(_torch_line(node).split(" = ", 1)[1])
             continue
         kind, _ = node_kind(ir, node)
-        line = _torch_line(node)
+        rnn = node.op in _RNN_MODES and node.call == f"torch.{node.op}"
+        line = _rnn_line(ir, node) if rnn else _torch_line(node)
         if kind != "view" and node.attrs.get("strided_in_torch"):
             line += ".contiguous()"  # our layout for the result (PyTorch's may be permuted)
         elif _dense_element_of_torch_tuple(ir, node, covered):

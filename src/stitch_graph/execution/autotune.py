@@ -126,7 +126,7 @@ def autotune(
     device: str = "",
     toolkit: str = "",
     bottleneck: str | None = None,
-    budget_s: float = 60.0,
+    budget_s: float = 15.0,
     min_gain: float = 0.03,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[Tuning, TuningReport]:
@@ -549,7 +549,7 @@ def tune_program(
     plan: Plan,
     *,
     cache: TuningCache | None = None,
-    budget_s: float = 60.0,
+    budget_s: float = 15.0,
     bottleneck: str | None = None,
     timer: GpuTimer | None = None,
 ) -> tuple[Candidate, Tuning, TuningReport]:
@@ -584,7 +584,7 @@ def tuning_job(
     settings: RunSettings,
     *,
     bottleneck: str | None = None,
-    budget_s: float = 60.0,
+    budget_s: float = 15.0,
     cache_dir: str | None = None,
 ) -> Job:
     """The worker job that tunes ``plan``'s kernels on the task's real shapes."""
@@ -635,7 +635,7 @@ def tune_candidate(
     ctx: Any = None,
     *,
     bottleneck: str | None = None,
-    budget_s: float = 60.0,
+    budget_s: float = 15.0,
     executor: Executor | None = None,
 ) -> tuple[Tuning | None, TuningReport]:
     """Tune the rule-generated program of ``plan`` in an isolated worker on the GPU.

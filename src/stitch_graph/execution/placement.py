@@ -184,3 +184,9 @@ class RunnerOn:
         from stitch_graph.execution.autotune import tune_candidate
 
         return tune_candidate(*args, executor=self.executor, **kwargs)
+
+    def reference_timeline(self, task: Any, ctx: Any = None, **kwargs: Any) -> Any:
+        """``execution.reference_timeline`` on this executor (the Planner's reference run)."""
+        from stitch_graph.execution.profiling import reference_timeline
+
+        return reference_timeline(task, ctx, executor=self.executor, **kwargs)

@@ -5,8 +5,8 @@ runner job that builds the candidate exactly as the candidate worker does, calls
 to warm up, and brackets the profiled calls with ``cudaProfilerStart/Stop`` (ncu runs with
 ``--profile-from-start off``), so set-up copies and warm-up launches are not what gets measured.
 For the reference, a timeline: per-op CUDA time, launch count and share, and the host gaps between
-kernels, from ``torch.profiler`` in a reference worker (nsys is used by nobody here: the GPU machine
-lacks it). Both run through the executor, so they get the same isolation as any candidate.
+kernels, from ``torch.profiler`` in the reference worker, after its timings (so nsys, which the
+GPU machine lacks, is not needed). Both run through the executor, isolated like any candidate.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from stitch_graph.artifacts import (
     Task,
     TestResult,
 )
-from stitch_graph.execution._common import clone_to, draw_inputs, init_inputs, load_problem
 from stitch_graph.execution.candidate import candidate_job, prepare_candidate, prepare_for_run
-from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
+from stitch_graph.execution.executor import Executor, gpu_available, run_on
+from stitch_graph.execution.reference import ReferenceFailed, ensure_reference
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "profile_candidate",
     "reference_timeline",
     "run_runner_job",
-    "run_timeline_job",
+    "forward_timeline",
 ]
 
 DEFAULT_NCU_SECTIONS: tuple[str, ...] = ("SpeedOfLight", "Occupancy", "LaunchStats")
@@ -63,30 +63,27 @@ def run_runner_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     return {"calls": int(payload.get("profiled_calls", 1))}
 
 
-def run_timeline_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    """Worker handler of ``timeline`` jobs: torch.profiler over the reference's forward."""
+def forward_timeline(model: Any, args: list[Any], iterations: int) -> dict[str, Any]:
+    """torch.profiler over ``iterations`` forward calls of ``model`` (after three untimed ones).
+
+    Called by the reference worker once its outputs and timings are taken, so the profiler
+    never runs while eager or ``torch.compile`` is being timed, and the Planner's timeline
+    costs no worker of its own (a worker's start, CUDA context and model build took longer than
+    the profile).
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    seed = int(payload["seed"])
-    problem = load_problem(payload["source"], "stitch_timeline_problem")
-    torch.backends.cuda.matmul.allow_tf32 = bool(payload.get("allow_tf32", False))
-    torch.backends.cudnn.allow_tf32 = bool(payload.get("allow_tf32", False))
-    init = init_inputs(problem, seed)
-    torch.manual_seed(seed)
-    model = problem["Model"](*init).cuda()
-    args = clone_to(draw_inputs(problem, seed + 1), "cuda")
-    iters = int(payload.get("iterations", 5))
     with torch.no_grad():
         for _ in range(3):
             model(*args)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
+            for _ in range(iterations):
                 with torch.profiler.record_function("stitch_forward"):
                     model(*args)
             torch.cuda.synchronize()
-    return _summarize_events(prof.events(), iters)
+    return _summarize_events(prof.events(), iterations)
 
 
 def _summarize_events(events: Any, iters: int) -> dict[str, Any]:
@@ -158,7 +155,11 @@ def _descendants(evt: Any) -> list[Any]:
 def reference_timeline(
     task: Task, ctx: Any = None, *, executor: Executor | None = None, iterations: int = 5
 ) -> ProfileReport:
-    """Where the reference spends GPU time, per op, from torch.profiler in a reference worker.
+    """Where the reference spends GPU time, per op, from torch.profiler in the reference worker.
+
+    The timeline is taken by the run's reference worker after its outputs and timings
+    (``ensure_reference(timeline=...)``), and cached with them: asking for it costs the
+    Verifier's first reference run nothing extra, and a second ask costs nothing at all.
 
     Args:
         task: The problem.
@@ -173,25 +174,14 @@ def reference_timeline(
     if not gpu_available():
         return ProfileReport(status="not_run", source="torch.profiler", reason="not run: no GPU")
     settings = RunSettings.from_context(ctx)
-    job = Job(
-        kind="timeline",
-        payload={
-            "source": task.source,
-            "seed": settings.seed,
-            "allow_tf32": settings.allow_tf32,
-            "iterations": iterations,
-        },
-        timeout_s=max(settings.timeout_s, 180.0),
-        memory_limit_mb=settings.worker_memory_mb,
-    )
-    result = run_on(executor, job)
-    if result.status != "ok":
-        return ProfileReport(
-            status="error",
-            source="torch.profiler",
-            reason=f"reference failed: {result.reason or result.status}",
-        )
-    data = result.result
+    try:
+        reference = ensure_reference(task, settings, executor=executor, timeline=iterations)
+    except ReferenceFailed as exc:
+        return ProfileReport(status="error", source="torch.profiler", reason=str(exc))
+    data = reference.meta.get("timeline")
+    if not data:
+        reason = reference.meta.get("timeline_error", "the reference worker took no timeline")
+        return ProfileReport(status="error", source="torch.profiler", reason=reason)
     hotspots = [Hotspot(**h) for h in data["hotspots"]]
     busy, gap = float(data["busy_us"]), float(data["gap_us"])
     bottleneck = "launch" if gap > busy else "unknown"

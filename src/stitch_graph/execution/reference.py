@@ -7,7 +7,8 @@ against. A reference worker seeds before building ``Model`` and before each inpu
 draws), runs the model with TF32 off unless allowed, saves inputs, outputs and the ``state_dict``,
 and times eager and ``torch.compile`` (default mode) on the same inputs; ``reduce_overhead`` and
 ``default_flags_eager`` in the payload (off unless asked, as for the benchmark's baselines) add
-``torch.compile(mode="reduce-overhead")`` and eager under PyTorch's default precision flags. The result is cached on
+``torch.compile(mode="reduce-overhead")`` and eager under PyTorch's default precision flags, and
+``timeline_iterations`` the Planner's torch.profiler timeline, taken last. The result is cached on
 disk per (task digest, device, settings) so every candidate of a run is compared with the same one;
 a benchmark's baseline run replaces the cached one, so its worker is the candidates' reference too.
 """
@@ -144,7 +145,24 @@ def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     }
     if device != "cpu" and payload.get("time", True):
         result.update(_time_reference(model, draws, payload))
+    iterations = int(payload.get("timeline_iterations", 0))
+    if iterations > 0:
+        if device == "cpu":
+            result["timeline_error"] = "no timeline on the CPU"
+        else:
+            result.update(_timeline(model, draws[0], iterations))
     return result
+
+
+def _timeline(model: Any, draw: list[Any], iterations: int) -> dict[str, Any]:
+    """The Planner's per-op timeline, taken after the timings; a profiler failure is noted,
+    never the end of the reference."""
+    from stitch_graph.execution.profiling import forward_timeline
+
+    try:
+        return {"timeline": forward_timeline(model, clone_to(draw, "cuda"), iterations)}
+    except Exception as exc:  # noqa: BLE001 - the outputs and timings stand without it
+        return {"timeline_error": f"torch.profiler failed: {type(exc).__name__}: {exc}"[:300]}
 
 
 def _time_reference(model: Any, draws: list[list[Any]], payload: dict[str, Any]) -> dict[str, Any]:
@@ -282,6 +300,7 @@ def ensure_reference(
     executor: Executor | None = None,
     device: str = "cuda",
     baselines: bool = False,
+    timeline: int = 0,
 ) -> ReferenceData:
     """The cached reference run of ``task``, running it in a worker first if needed.
 
@@ -293,6 +312,8 @@ def ensure_reference(
         baselines: Run it now whatever is cached, also timing reduce-overhead and eager under
             PyTorch's default flags: a benchmark's baselines, timed in this run, whose worker's
             outputs then serve the candidates too (one reference worker a problem, not two).
+        timeline: Forward calls to profile with torch.profiler after the timings (the
+            Planner's timeline); a cached run without a timeline is then run again.
 
     Returns:
         The reference data.
@@ -308,12 +329,16 @@ def ensure_reference(
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not baselines and (folder / META_FILE).exists():
-            return ReferenceData(folder, json.loads((folder / META_FILE).read_text()))
+            cached = ReferenceData(folder, json.loads((folder / META_FILE).read_text()))
+            if not timeline or "timeline" in cached.meta or "timeline_error" in cached.meta:
+                return cached
         staging = root / f"{key}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         payload = reference_payload(task, settings, device)
         if baselines:
             payload.update(reduce_overhead=True, default_flags_eager=True)
+        if timeline:
+            payload["timeline_iterations"] = timeline
         job = Job(
             kind="reference",
             payload=payload,

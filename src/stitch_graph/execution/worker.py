@@ -35,7 +35,7 @@ from stitch_graph.execution._common import describe_exception
 from stitch_graph.execution.candidate import run_candidate_job
 from stitch_graph.execution.prebuild import run_build_job
 from stitch_graph.execution.prestart import READY_FILE
-from stitch_graph.execution.profiling import run_runner_job, run_timeline_job
+from stitch_graph.execution.profiling import run_runner_job
 from stitch_graph.execution.reference import run_reference_job
 
 __all__ = ["HANDLERS", "PRELOAD", "main", "run_probe_job"]
@@ -87,7 +87,6 @@ HANDLERS: dict[str, Handler] = {
     "probe": run_probe_job,
     "reference": run_reference_job,
     "runner": run_runner_job,
-    "timeline": run_timeline_job,
     "tune": run_tuning_job,
 }
 """The worker's dispatch table: the handler of each job kind."""

@@ -404,6 +404,47 @@ class KernelLibrary:
             )
             raise GuardFailed(msg)
 
+    @staticmethod
+    def rnn_weights(
+        weights: list[Any],
+        mode: int,
+        input_size: int,
+        hidden: int,
+        layers: int,
+        batch_first: bool,
+        bidirectional: bool,
+        biases: bool,
+    ) -> list[Any]:
+        """``weights`` of a recurrent layer that cuDNN runs, as views into one buffer in its
+        layout, laid out once (``nn.LSTM`` keeps its own weights so).
+
+        cuDNN's RNN reads one weight buffer: given separate tensors, PyTorch compacts them
+        into a new one on every call (KernelBench L3 35_LSTM: 0.90x eager for that copy). The
+        tensors are re-pointed in place, so loading a state dict later still fills them.
+        """
+        import torch
+
+        first = weights[0]
+        if (
+            first.is_cuda
+            and first.dtype == torch.float32
+            and len({w.untyped_storage().data_ptr() for w in weights}) > 1
+            and torch._use_cudnn_rnn_flatten_weight()
+        ):
+            with torch.no_grad():
+                torch._cudnn_rnn_flatten_weight(
+                    weights,
+                    4 if biases else 2,
+                    input_size,
+                    mode,
+                    hidden,
+                    0,
+                    layers,
+                    batch_first,
+                    bidirectional,
+                )
+        return weights
+
     def graphed(self, module: Any, body: Any, *inputs: Any) -> Any:
         """``body(*inputs)`` replayed from a CUDA graph, for launch-bound programs.
 
