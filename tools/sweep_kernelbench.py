@@ -206,8 +206,11 @@ def _compare(torch: Any, expected: Any, got: Any, tol: float) -> tuple[bool, flo
     return ok, worst
 
 
-def _timer(torch: Any, args: list[Any], runs: int) -> Any:
-    """``time(fn)``: the Verifier's timing rules, inputs refilled in place from device copies."""
+def _timer(torch: Any, args: list[Any], runs: int, warmup_s: float) -> Any:
+    """``time(fn)``: the Verifier's timing rules, inputs refilled in place from device copies.
+
+    The warm-up lasts ``warmup_s`` at least (and five calls): the sweep keeps the GPU busy from
+    one timing to the next, so its clocks never idle, and every side gets the same warm-up."""
     from stitch_graph.execution.timing import make_flush_buffer, time_cuda
 
     clean = [a.clone() if torch.is_tensor(a) else a for a in args]
@@ -219,9 +222,13 @@ def _timer(torch: Any, args: list[Any], runs: int) -> Any:
                 dst.copy_(src)
 
     def time_it(fn: Any) -> float:
-        return time_cuda(lambda: fn(*args), runs=runs, before_each=refill, flush_buffer=flush)[
-            "median_ms"
-        ]
+        return time_cuda(
+            lambda: fn(*args),
+            runs=runs,
+            before_each=refill,
+            flush_buffer=flush,
+            warmup_s=warmup_s,
+        )["median_ms"]
 
     return time_it
 
@@ -233,6 +240,7 @@ def measure(
     runs: int,
     tune: bool,
     tune_budget: float,
+    warmup_s: float = 0.05,
     progress: Any = None,
 ) -> dict[str, Any]:
     """The row of one problem: correctness of the generated program and four timings.
@@ -255,7 +263,7 @@ def measure(
     if not row["correct"] and math.isfinite(row["max_err"]):
         row.update(_against_float64(torch, reference, ours, namespace))
     args = _draw(torch, namespace, 7)
-    time_it = _timer(torch, args, runs)
+    time_it = _timer(torch, args, runs, warmup_s)
     row["eager_ms"] = time_it(reference)
     row["ours_ms"] = time_it(ours)
     if untuned is not None:
@@ -564,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-deadline", type=float, default=300.0)
     parser.add_argument("--timeout", type=float, default=180.0, help="per-problem limit (s)")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--warmup-s", type=float, default=0.05, help="seconds of warm-up calls a timing at least"
+    )
     parser.add_argument("--tol", type=float, default=1e-4)
     parser.add_argument("--tune", action="store_true", help="autotune the generated kernels")
     parser.add_argument("--tune-budget", type=float, default=30.0, help="seconds per problem")
@@ -599,7 +610,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     measurer = IsolatedMeasurer(
         opts.timeout,
-        {"tol": opts.tol, "runs": opts.runs, "tune": opts.tune, "tune_budget": opts.tune_budget},
+        {
+            "tol": opts.tol,
+            "runs": opts.runs,
+            "tune": opts.tune,
+            "tune_budget": opts.tune_budget,
+            "warmup_s": opts.warmup_s,
+        },
     )
     rows: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
