@@ -112,7 +112,7 @@ def test_the_cudnn_anchor_leaves_the_layer_to_pytorch_declared(name: str, tmp_pa
     # its weights reach cuDNN as one buffer (PyTorch would compact separate ones every call)
     mode = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}[op]
     assert f"torch.{op}(" in program.host_source
-    assert f"KERNELS.rnn_weights([_get(self, 'rnn.weight_ih_l0'), " in program.host_source
+    assert "KERNELS.rnn_weights([_get(self, 'rnn.weight_ih_l0'), " in program.host_source
     assert f"], {mode}, 4, 6, " in program.host_source
     check_on_cpu(task, program, tmp_path)
 
