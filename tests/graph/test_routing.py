@@ -153,6 +153,25 @@ def test_bottleneck_with_headroom_goes_to_the_planner(task):
     assert result["report"].rounds == 2
 
 
+@pytest.mark.parametrize(("second_ms", "rounds"), [(0.99, 2), (0.8, 3)])
+def test_a_replan_that_gained_nothing_is_the_last_one(task, second_ms, rounds):
+    """Two re-plans are allowed; after a first that made the program only 1% faster the run
+    ends (a 20% gain earns the second)."""
+    planner = ScriptedChatModel(script=[plan_answer(), plan_answer(), plan_answer()])
+    coder = ScriptedChatModel(
+        script=[program(), program(KERNEL + "\n// a\n"), program(KERNEL + "\n// b\n")]
+    )
+    outcomes = [passed(1.0), passed(second_ms), passed(0.5)]
+    executor = ScriptedExecutor(outcomes, profiles=[profile(0.6)] * 3)
+    result, _ = run(
+        task, planner=planner, coder=coder, executor=executor, max_tool_calls=0, max_replans=2
+    )
+    report = result["report"]
+    assert report.rounds == rounds and len(planner.prompts) == rounds
+    assert len(executor.outcomes) == 3 - rounds  # the third program was never asked for
+    assert report.best.timing.candidate_ms == (0.99 if rounds == 2 else 0.5)
+
+
 def test_budget_exhaustion_finalizes_with_the_best_so_far(task):
     planner = ScriptedChatModel(script=[plan_answer(2)])
     coder = ScriptedChatModel(script=[program()] + [program(KERNEL + f"//{i}") for i in range(5)])

@@ -37,6 +37,7 @@ __all__ = [
     "budget_spent",
     "candidate_runner",
     "profile_program",
+    "replan_gain",
     "route_correct",
 ]
 
@@ -161,6 +162,13 @@ def route_correct(
             category="done",
             summary=f"{summary}; {profile.bottleneck}-bound with ~{profile.headroom:.0%} headroom",
         )
+    gain = replan_gain(state.get("history", []), timing)
+    if gain is not None and gain < 1.0 + ctx.min_replan_gain:
+        return Feedback(
+            target="finalize",
+            category="done",
+            summary=f"{summary}; the last re-plan gained {gain:.3f}x, so no further re-plan",
+        )
     items = knowledge_items("profile", profile, ctx) + extra_items
     return Feedback(
         target="planner",
@@ -168,6 +176,29 @@ def route_correct(
         summary=f"{profile.bottleneck}-bound, ~{profile.headroom:.0%} headroom",
         items=items,
     )
+
+
+def replan_gain(history: list[Any], timing: TimingResult | None) -> float | None:
+    """How much faster the best program got with the last re-plan: the best speedup since the
+    last round that sent the loop to the Planner (this round's included) over the best before
+    it; None before any re-plan.
+
+    A re-plan whose rounds found nothing faster is a sign that the next one will not either:
+    after autotuning has timed each kernel's space, a rule-based revision moves knobs the tuner
+    already timed (MobileNetV1 and EfficientNetMBConv spent two 13 s rounds on that).
+    """
+    cut = max((i for i, r in enumerate(history) if r.feedback == "bottleneck"), default=None)
+    if cut is None:
+        return None
+
+    def best(records: list[Any]) -> float | None:
+        values = [r.speedup_vs_eager for r in records if r.test == "passed" and r.speedup_vs_eager]
+        return max(values) if values else None
+
+    before = best(history[: cut + 1])
+    since = [best(history[cut + 1 :]), timing.speedup_vs_eager if timing else None]
+    after = max((v for v in since if v), default=None)
+    return after / before if before and after else None
 
 
 def _convolution_alternative(

@@ -67,6 +67,13 @@ class StitchContext:
         default=0.15,
         metadata={"description": "Re-plan only when the profile says at least this much is left."},
     )
+    min_replan_gain: float = field(
+        default=0.02,
+        metadata={
+            "description": "Re-plan again only when the last re-plan made the best program at "
+            "least this much faster (0.02: 2%)."
+        },
+    )
     gpu_arch: str = field(
         default="sm_90a", metadata={"description": "nvcc -arch target, e.g. sm_90a for H100/H200."}
     )
