@@ -297,7 +297,9 @@ def test_an_rnn_left_to_cudnn_reads_one_weight_buffer_at_eagers_speed() -> None:
     """``rnn_library``: PyTorch's cuDNN LSTM runs with the program's weights laid out once in
     one buffer, as nn.LSTM keeps its own, so no call compacts them again (KernelBench L3
     35_LSTM ran at 0.90x eager for that copy): same outputs, no compaction warning, and the
-    program's time within 5% of eager's."""
+    program's time within 5% of eager's. Both are bound by cuDNN's host side (about 25 ms of
+    CPU against 5 ms of kernels a call, under torch.profiler), whose time drifts from one
+    timing to the next, so the two are timed in turns and the best median of each compared."""
     import warnings
 
     import torch
@@ -334,7 +336,10 @@ def test_an_rnn_left_to_cudnn_reads_one_weight_buffer_at_eagers_speed() -> None:
         torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
         weights = [p for name, p in model.named_parameters() if name.startswith("lstm.")]
         assert len({w.untyped_storage().data_ptr() for w in weights}) == 1
-        ours = time_cuda(lambda: model(*inputs), runs=20)["median_ms"]
-        eager = time_cuda(lambda: reference(*inputs), runs=20)["median_ms"]
+        turns = [
+            [time_cuda(lambda m=m: m(*inputs), runs=10)["median_ms"] for m in (model, reference)]
+            for _ in range(4)
+        ]
+        ours, eager = (min(column) for column in zip(*turns, strict=True))
     print(f"LSTM left to cuDNN: program {ours:.3f} ms, eager {eager:.3f} ms")
     assert ours <= 1.05 * eager
