@@ -157,7 +157,7 @@ def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
 def _timeline(model: Any, draw: list[Any], iterations: int) -> dict[str, Any]:
     """The Planner's per-op timeline, taken after the timings; a profiler failure is noted,
     never the end of the reference."""
-    from stitch_graph.execution.profiling import forward_timeline
+    from stitch_graph.execution.timeline import forward_timeline
 
     try:
         return {"timeline": forward_timeline(model, clone_to(draw, "cuda"), iterations)}
