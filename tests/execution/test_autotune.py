@@ -488,3 +488,41 @@ def test_copies_of_one_kernel_are_tuned_as_one(tmp_path):
     assert shared[0].item == copies[0]
     assert {tuning.for_item(i).block_size for i in copies} == {1024}
     assert tuning.for_item(plan.items[0].id).block_size == 256  # alone: 1%, not enough
+
+
+def test_the_tuning_jobs_budget_covers_its_set_up(softmax_program, tmp_path, monkeypatch):
+    """The worker's set-up (the reference every variant is checked against, the capture)
+    comes out of the budget, and the report's seconds include it: a 15 s budget is a tuning
+    step of about 15 s, not 15 s after a set-up of its own."""
+    import time
+
+    from stitch_graph.artifacts import TuningReport
+    from stitch_graph.codegen import Tuning
+    from stitch_graph.execution import autotune as tuner
+
+    class SlowTimer:
+        device, toolkit = "fake GPU", "13.0"
+
+        def __init__(self, task, tol):
+            time.sleep(0.3)  # the reference model, its inputs and outputs
+
+    given = {}
+
+    def fake_autotune(ir, plan, task, measure, **kwargs):
+        given["budget_s"] = kwargs["budget_s"]
+        return kwargs["tuning"], TuningReport(seconds=1.0, note="scripted")
+
+    monkeypatch.setattr(tuner, "GpuTimer", SlowTimer)
+    monkeypatch.setattr(tuner, "autotune", fake_autotune)
+    task, _ir, plan = softmax_program
+    payload = {
+        "task": task.model_dump(mode="json"),
+        "plan": plan.model_dump(mode="json"),
+        "tuning": Tuning().model_dump(mode="json"),
+        "budget_s": 2.0,
+        "cache_dir": str(tmp_path),
+        "tol": 1e-4,
+    }
+    out = tuner.run_tuning_job(payload, tmp_path)
+    assert 1.0 < given["budget_s"] <= 1.7
+    assert 1.3 <= out["report"]["seconds"] < 2.0
