@@ -112,3 +112,27 @@ def test_an_executor_that_cannot_tune_is_left_alone(task):
     result = run(task, executor)
     assert result["report"].outcome == "verified"
     assert "tuning" not in result["report"].details
+
+
+def test_a_round_whose_profile_could_route_nowhere_is_not_profiled(task, tmp_path, monkeypatch):
+    """Round 1 is profiled for the tuning, round 2 (tuned) for the re-plan; round 3, the
+    re-plan's program, gained nothing, so no further re-plan may follow and ncu is skipped."""
+    from stitch_graph.agents import analysis
+    from stitch_graph.artifacts import FeedbackItem
+    from tests.graph.fakes import profile
+
+    advice = [FeedbackItem(action="unroll the loop", detail="k0", source="knowledge")]
+    monkeypatch.setattr(analysis, "knowledge_items", lambda kind, subject, ctx: advice)
+
+    class Counting(TuningExecutor):
+        profiled = 0
+
+        def profile_candidate(self, task, candidate, ctx, **kwargs):
+            self.profiled += 1
+            return profile(0.6)
+
+    executor = Counting([passed(1.0), passed(0.5), passed(0.5)], tuned=FASTER)
+    result = run(task, executor, work_dir=str(tmp_path))
+    assert len(executor.verified) == 3 and executor.profiled == 2
+    assert [r.feedback for r in result["history"]] == ["tuned", "bottleneck", "done"]
+    assert "not profiled: the last re-plan gained 1.000x" in result["history"][-1].summary

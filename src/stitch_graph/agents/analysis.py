@@ -153,7 +153,8 @@ def route_correct(
             items=[alternative, *extra_items],
         )
     if profile is None or profile.status != "passed":
-        return Feedback(target="finalize", category="done", summary=summary)
+        why = f"; {profile.reason}" if profile is not None and profile.reason else ""
+        return Feedback(target="finalize", category="done", summary=f"{summary}{why}")
     if state.get("replans", 0) >= ctx.max_replans:
         return Feedback(target="finalize", category="done", summary=f"{summary}; re-plans spent")
     if profile.headroom < ctx.min_headroom:

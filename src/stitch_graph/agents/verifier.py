@@ -27,6 +27,7 @@ from stitch_graph.agents.analysis import (
     budget_spent,
     candidate_runner,
     profile_program,
+    replan_gain,
     route_correct,
 )
 from stitch_graph.agents.context import StitchContext, resolve_context
@@ -268,15 +269,37 @@ def _accept(current: _Round) -> bool:
     return verified
 
 
-def _profile_finished(current: _Round) -> None:
+def _profile_finished(current: _Round, model: Any) -> None:
     """Profile the program once every item is done and the budget still allows more work."""
     if current.plan.next_pending() is not None:
         return
     if budget_spent(current.state, current.ctx, current.rounds) is not None:
         return
+    unused = None if model is not None else _profile_unused(current)
+    if unused is not None:
+        current.profile = ProfileReport(status="not_run", source="ncu", reason=unused)
+        current.update["profile"] = current.profile
+        return
     emit(current.writer, "verifier", "profiling")
     current.profile = profile_program(current.task, current.candidate, current.ctx)
     current.update["profile"] = current.profile
+
+
+def _profile_unused(current: _Round) -> str | None:
+    """Why no profile of this round could change where the rule-based loop goes, or None.
+
+    A profile serves the tuning (once a run) and the decision to re-plan; once tuning is done
+    and no re-plan may follow, ncu would cost its 10-19 s a round for nothing.
+    """
+    ctx, state = current.ctx, current.state
+    if state.get("tuning") is None:
+        return None
+    if state.get("replans", 0) >= ctx.max_replans:
+        return f"not profiled: re-plans spent ({ctx.max_replans})"
+    gain = replan_gain(state.get("history", []), current.timing)
+    if gain is not None and gain < 1.0 + ctx.min_replan_gain:
+        return f"not profiled: the last re-plan gained {gain:.3f}x, so no further re-plan"
+    return None
 
 
 def _tune(current: _Round) -> Feedback | None:
@@ -420,7 +443,7 @@ def verifier_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[s
     verified = _accept(current)
     if verified:
         with current.timed("profile"):
-            _profile_finished(current)
+            _profile_finished(current, model)
         with current.timed("tuning"):
             tuned = _tune(current)
         if tuned is not None:
