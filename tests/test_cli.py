@@ -436,6 +436,8 @@ def test_ctrl_c_prints_the_resume_command_which_works_from_any_folder(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=_slow_build_env(tmp_path),
+        # a shell runs background commands with SIGINT ignored, and a child inherits that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     log = started_in / "runs" / "swish" / "log.jsonl"
     deadline = time.time() + 120
