@@ -7,7 +7,8 @@ repository), in the same run on the same GPU and the same inputs:
 - PyTorch eager, ``torch.compile`` (default mode) and ``torch.compile(mode="reduce-overhead")``,
 
 each timed with the Verifier's rules (CUDA events, warm-up, L2 flushed and inputs refilled in
-place before every run, median of ``--runs``). The program is judged on three fresh draws at
+place before every run, median of ``--runs``), except that a timing's warm-up lasts
+``--warmup-s`` (0.05 s) at least instead of 0.2 s: the sweep keeps the GPU busy throughout. The program is judged on three fresh draws at
 atol = rtol = ``--tol`` with TF32 off on both sides. A program wrong at that tolerance is judged
 once more against PyTorch's float64 forward: ``f64`` in the ``ok`` column when it is no farther
 from it than PyTorch's own float32 (an ill-conditioned model), counted apart from the correct.
@@ -26,7 +27,8 @@ problems that are correct / correct and faster than the baseline). ``--json FILE
 latest row kept) and prints the summaries and the slowest rows against torch.compile.
 
 Usage: ``PYTHONPATH=src python tools/sweep_kernelbench.py LEVEL_DIR [LEVEL_DIR ...] [--warm 12]
-[--only TEXT] [--skip N] [--limit N] [--timeout 180] [--runs 20] [--tol 1e-4] [--tune] [--json FILE]``
+[--only TEXT] [--skip N] [--limit N] [--timeout 180] [--runs 20] [--warmup-s 0.05] [--tol 1e-4]
+[--tune] [--json FILE]``
 """
 
 from __future__ import annotations
