@@ -38,6 +38,7 @@ __all__ = [
     "candidate_runner",
     "profile_program",
     "replan_gain",
+    "replan_ruled_out",
     "route_correct",
 ]
 
@@ -155,20 +156,14 @@ def route_correct(
     if profile is None or profile.status != "passed":
         why = f"; {profile.reason}" if profile is not None and profile.reason else ""
         return Feedback(target="finalize", category="done", summary=f"{summary}{why}")
-    if state.get("replans", 0) >= ctx.max_replans:
-        return Feedback(target="finalize", category="done", summary=f"{summary}; re-plans spent")
+    ruled_out = replan_ruled_out(state, ctx, timing)
+    if ruled_out is not None:
+        return Feedback(target="finalize", category="done", summary=f"{summary}; {ruled_out}")
     if profile.headroom < ctx.min_headroom:
         return Feedback(
             target="finalize",
             category="done",
             summary=f"{summary}; {profile.bottleneck}-bound with ~{profile.headroom:.0%} headroom",
-        )
-    gain = replan_gain(state.get("history", []), timing)
-    if gain is not None and gain < 1.0 + ctx.min_replan_gain:
-        return Feedback(
-            target="finalize",
-            category="done",
-            summary=f"{summary}; the last re-plan gained {gain:.3f}x, so no further re-plan",
         )
     items = knowledge_items("profile", profile, ctx) + extra_items
     return Feedback(
@@ -177,6 +172,19 @@ def route_correct(
         summary=f"{profile.bottleneck}-bound, ~{profile.headroom:.0%} headroom",
         items=items,
     )
+
+
+def replan_ruled_out(
+    state: StitchState, ctx: StitchContext, timing: TimingResult | None
+) -> str | None:
+    """Why no further re-plan may follow this round (re-plans spent, or the last one gained
+    under ``min_replan_gain``), or None."""
+    if state.get("replans", 0) >= ctx.max_replans:
+        return "re-plans spent"
+    gain = replan_gain(state.get("history", []), timing)
+    if gain is not None and gain < 1.0 + ctx.min_replan_gain:
+        return f"the last re-plan gained {gain:.3f}x, so no further re-plan"
+    return None
 
 
 def replan_gain(history: list[Any], timing: TimingResult | None) -> float | None:

@@ -27,7 +27,7 @@ from stitch_graph.agents.analysis import (
     budget_spent,
     candidate_runner,
     profile_program,
-    replan_gain,
+    replan_ruled_out,
     route_correct,
 )
 from stitch_graph.agents.context import StitchContext, resolve_context
@@ -291,15 +291,10 @@ def _profile_unused(current: _Round) -> str | None:
     A profile serves the tuning (once a run) and the decision to re-plan; once tuning is done
     and no re-plan may follow, ncu would cost its 10-19 s a round for nothing.
     """
-    ctx, state = current.ctx, current.state
-    if state.get("tuning") is None:
+    if current.state.get("tuning") is None:
         return None
-    if state.get("replans", 0) >= ctx.max_replans:
-        return f"not profiled: re-plans spent ({ctx.max_replans})"
-    gain = replan_gain(state.get("history", []), current.timing)
-    if gain is not None and gain < 1.0 + ctx.min_replan_gain:
-        return f"not profiled: the last re-plan gained {gain:.3f}x, so no further re-plan"
-    return None
+    ruled_out = replan_ruled_out(current.state, current.ctx, current.timing)
+    return f"not profiled: {ruled_out}" if ruled_out is not None else None
 
 
 def _tune(current: _Round) -> Feedback | None:
