@@ -214,23 +214,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
-    import re
-
+def _on_the_gpu(source: str, program) -> tuple[dict, object, object]:  # noqa: ANN001
+    """The problem's namespace, its seeded ``Model`` and the program's ``ModelNew`` holding
+    the same weights, both on the GPU, TF32 off."""
     import torch
 
-    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.runtime.kernels import KernelLibrary
-    from stitch_graph.task import load_task
 
-    source, marker = CASES[case]
-    task = load_task(source)
-    ir = capture_program(task)
-    program = emit_candidate(ir, plan_program(ir))
-    assert marker in program.host_source + program.kernel_source
-    if case == "repeated_layers_one_kernel":  # six GELU epilogues, one kernel (and its twin)
-        assert len(set(re.findall(r"void (k\w+)\(", program.kernel_source))) <= 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     namespace: dict = {"__name__": "reference"}
@@ -242,6 +232,26 @@ def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
     model = host["ModelNew"]().cuda()
     model.load_state_dict(reference.state_dict())
     model.train(reference.training)
+    return namespace, reference, model
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
+    import re
+
+    import torch
+
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.task import load_task
+
+    source, marker = CASES[case]
+    task = load_task(source)
+    ir = capture_program(task)
+    program = emit_candidate(ir, plan_program(ir))
+    assert marker in program.host_source + program.kernel_source
+    if case == "repeated_layers_one_kernel":  # six GELU epilogues, one kernel (and its twin)
+        assert len(set(re.findall(r"void (k\w+)\(", program.kernel_source))) <= 2
+    namespace, reference, model = _on_the_gpu(source, program)
     for seed in range(3):
         torch.manual_seed(seed)
         inputs = [x.cuda() for x in namespace["get_inputs"]()]
@@ -312,23 +322,13 @@ def test_an_rnn_left_to_cudnn_reads_one_weight_buffer_at_eagers_speed() -> None:
         plan_program,
     )
     from stitch_graph.execution.timing import time_cuda
-    from stitch_graph.runtime.kernels import KernelLibrary
     from stitch_graph.task import load_task
 
     ir = capture_program(load_task(_LSTM))
     tuning = Tuning(default=KernelTuning(rnn_library=True))
     program = emit_candidate(ir, plan_program(ir), tuning=tuning)
     assert "KERNELS.rnn_weights(" in program.host_source
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    namespace: dict = {"__name__": "reference"}
-    exec(compile(_LSTM, "<reference>", "exec"), namespace)  # noqa: S102
-    torch.manual_seed(0)
-    reference = namespace["Model"]().cuda()
-    host = {"KERNELS": KernelLibrary(program.kernel_source), "__name__": "candidate"}
-    exec(compile(program.host_source, "<host>", "exec"), host)  # noqa: S102
-    model = host["ModelNew"]().cuda()
-    model.load_state_dict(reference.state_dict())
+    namespace, reference, model = _on_the_gpu(_LSTM, program)
     torch.manual_seed(1)
     inputs = [x.cuda() for x in namespace["get_inputs"]()]
     with torch.no_grad(), warnings.catch_warnings():
