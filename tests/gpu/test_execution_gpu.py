@@ -162,6 +162,28 @@ def test_reference_timeline_has_hotspots(settings, executor):
     assert times == sorted(times, reverse=True)
 
 
+def test_a_deferred_compile_baseline_is_warmed_beside_a_candidate_and_timed_last(
+    tmp_path, executor
+):
+    """The reference worker times eager only; the warm-up compiles while a candidate runs on
+    the GPU's slot; the baseline then compiles from warm caches and times torch.compile."""
+    from stitch_graph.execution.reference import complete_compile_baseline, ensure_reference
+
+    settings = RunSettings(work_dir=str(tmp_path), timeout_s=60.0)
+    candidate, meta = load_candidate_dir(HEALTHY)
+    task = _task(meta["problem"])
+    reference = ensure_reference(task, settings, executor=executor, defer_compile=True)
+    assert reference.meta["eager_ms"] > 0 and "compile_ms" not in reference.meta
+    outcome = verify_candidate(task, candidate, settings, executor=executor)
+    assert outcome.test.status == "passed" and outcome.timing.compile_ms is None
+    done = complete_compile_baseline(task, settings, executor=executor)
+    print({k: v for k, v in done.meta.items() if k.startswith("compile")})
+    assert done.meta["compile_warmup"]["status"] == "ok", done.meta["compile_warmup"]
+    assert done.meta["compile_ms"] > 0, done.meta.get("compile_error")
+    later = verify_candidate(task, candidate, settings, executor=executor)
+    assert later.timing.compile_ms == done.meta["compile_ms"]
+
+
 def test_ncu_profiles_candidate_kernels(settings, executor):
     candidate, meta = load_candidate_dir(HEALTHY)
     report = profile_candidate(_task(meta["problem"]), candidate, settings, executor=executor)

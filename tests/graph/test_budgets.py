@@ -95,3 +95,33 @@ def test_a_run_that_finishes_every_item_on_its_last_round_does_not_say_the_budge
     assert not any("budget spent" in v for v in verdicts), verdicts
     assert "all items done" in state["feedback"].summary
     assert f"{1 + items} of {1 + items} used" in state["feedback"].summary
+
+
+class _DeferringExecutor(ScriptedExecutor):
+    """A scripted GPU whose rounds carry no torch.compile time: the run deferred it."""
+
+    def __init__(self, outcomes):
+        super().__init__(outcomes)
+        self.baselines: list[str] = []
+
+    def compile_baseline(self, task, ctx):
+        self.baselines.append(task.name)
+        return 3.0
+
+
+def test_a_deferred_compile_baseline_is_taken_once_for_the_report():
+    outcome = passed(1.0)
+    outcome.timing.compile_ms = None
+    executor = _DeferringExecutor([outcome])
+    state = run(executor)
+    assert executor.baselines == ["three"]
+    report = state["report"]
+    assert report.best.timing.compile_ms == 3.0 and state["best"].timing.compile_ms == 3.0
+    assert "3.00x vs torch.compile" in report.summary
+    assert state["result"]["speedup_vs_compile"] == 3.0
+
+
+def test_a_round_that_timed_torch_compile_needs_no_baseline_at_the_end():
+    executor = _DeferringExecutor([passed(1.0)])
+    state = run(executor)
+    assert executor.baselines == [] and state["report"].best.timing.compile_ms == 1.5

@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 
+from stitch_graph.agents.analysis import candidate_runner
 from stitch_graph.agents.context import StitchContext, resolve_context
 from stitch_graph.agents.progress import emit
 from stitch_graph.agents.run_folder import program_of, write_run
@@ -254,13 +255,30 @@ def build_result(
     }
 
 
+def with_compile_baseline(best: BestProgram | None, task: Any, ctx: StitchContext) -> Any:
+    """The best program with torch.compile's time, where the run deferred that baseline to
+    its report (``StitchContext.defer_compile_baseline``); ``None`` when nothing changes."""
+    timing = best.timing if best is not None else None
+    if best is None or timing is None or timing.status != "passed" or timing.compile_ms:
+        return None
+    complete = getattr(candidate_runner(ctx), "compile_baseline", None)
+    compile_ms = complete(task, ctx) if complete is not None and task is not None else None
+    if not compile_ms:
+        return None
+    return best.model_copy(update={"timing": timing.model_copy(update={"compile_ms": compile_ms})})
+
+
 def finalize_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[str, Any]:
     """Write the report, the structured result and the closing message a caller reads.
 
     With ``StitchContext.run_dir`` set, the run folder is written here too, so the result can
-    name the program's files.
+    name the program's files. A torch.compile time the run deferred is taken first, so the
+    report compares the program with it.
     """
     ctx = resolve_context(runtime.context)
+    best = with_compile_baseline(state.get("best"), state.get("task"), ctx)
+    if best is not None:
+        state = {**state, "best": best}
     report = build_report(state)
     report.details["round_budget"] = ctx.max_rounds
     files = write_run({**state, "report": report}, ctx.run_dir) if ctx.run_dir else None
@@ -269,4 +287,7 @@ def finalize_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[s
     message = AIMessage(
         content=report.summary, name=GRAPH_NAME, additional_kwargs={RESULT_KEY: result}
     )
-    return {"report": report, "result": result, "messages": [message]}
+    update: dict[str, Any] = {"report": report, "result": result, "messages": [message]}
+    if best is not None:
+        update["best"] = best
+    return update

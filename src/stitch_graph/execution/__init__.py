@@ -43,7 +43,12 @@ from stitch_graph.execution.forms import (
 from stitch_graph.execution.isolation import ProcessOutcome, run_isolated, scrub_environment
 from stitch_graph.execution.prestart import WarmWorkerPool
 from stitch_graph.execution.profiling import profile_candidate, reference_timeline
-from stitch_graph.execution.reference import ReferenceData, ReferenceFailed, ensure_reference
+from stitch_graph.execution.reference import (
+    ReferenceData,
+    ReferenceFailed,
+    compile_baseline,
+    ensure_reference,
+)
 from stitch_graph.execution.round import VerificationOutcome, verify_candidate
 from stitch_graph.execution.settings import RunSettings
 from stitch_graph.execution.timing import time_cuda
@@ -64,6 +69,7 @@ __all__ = [
     "aliases_any",
     "arch_matches",
     "compare_output",
+    "compile_baseline",
     "ensure_reference",
     "export_kernelbench",
     "flatten_outputs",

@@ -3,8 +3,10 @@
 A job is a JSON-describable request (reference run, candidate run, timeline, ...) that a worker
 process executes (``python -m stitch_graph.execution.worker JOB.json``). Executors only schedule and
 isolate; they know nothing about what a job does. ``LocalGPUExecutor`` keeps one job per visible GPU
-and pins each job to its GPU with ``CUDA_VISIBLE_DEVICES``, so timings never share a device. A
-distributed executor implements the same two methods and ships the job file instead of running it.
+and pins each job to its GPU with ``CUDA_VISIBLE_DEVICES``, so timings never share a device; a job
+marked ``shares_gpu`` (nearly all CPU work, such as torch.compile's cold compile) runs beside them
+instead of waiting for the slot. A distributed executor implements the same two methods and ships
+the job file instead of running it.
 
 Every job still gets a fresh process, but with ``prestart`` (the default) it need not wait for that
 process to import torch: while a job runs, the executor starts the next worker of the same GPU slot
@@ -40,6 +42,7 @@ __all__ = [
     "JobKind",
     "JobResult",
     "LocalGPUExecutor",
+    "default_executor",
     "gpu_available",
     "job_environment",
     "run_job",
@@ -47,7 +50,7 @@ __all__ = [
     "visible_gpus",
 ]
 
-JobKind = Literal["reference", "candidate", "timeline", "runner", "probe", "tune", "build"]
+JobKind = Literal["reference", "candidate", "runner", "probe", "tune", "build", "warmup"]
 JobStatus = Literal["ok", "error", "timeout", "crashed", "memory"]
 
 RESULT_FILE = "result.json"
@@ -65,6 +68,9 @@ class Job(BaseModel):
         scratch_dir: The worker's own folder; a fresh one under the temp dir when empty.
         command_prefix: Wraps the worker command, e.g. a profiler's argv.
         env: Extra environment variables (scrubbed like the rest).
+        shares_gpu: Run beside the GPU's one job instead of waiting for its slot: for work that
+            is nearly all CPU, whose few GPU calls cannot hold up a timing for long. Executors
+            that cannot tell may run it like any other job.
     """
 
     kind: JobKind
@@ -74,6 +80,7 @@ class Job(BaseModel):
     scratch_dir: str | None = None
     command_prefix: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    shares_gpu: bool = False
 
 
 class JobResult(BaseModel):
@@ -341,17 +348,22 @@ class LocalGPUExecutor:
         for slot in slots:
             self._free.put(slot)
         self._pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="stitch-job")
+        self._beside = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="stitch-side")
         self._lock = threading.Lock()
         self._closed = False
         self.instance = uuid.uuid4().hex[:8]
         self.warm: WarmWorkerPool | None = WarmWorkerPool() if prestart else None
 
     def submit(self, job: Job) -> Future[JobResult]:
-        """Queue ``job``; it runs when a GPU is free."""
+        """Queue ``job``; it runs when a GPU is free (at once, on the first GPU, when it
+        ``shares_gpu``; such a job never takes a pre-started worker)."""
         with self._lock:
             if self._closed:
                 msg = "LocalGPUExecutor is shut down; create a new one"
                 raise RuntimeError(msg)
+            if job.shares_gpu:
+                gpu = self.gpus[0] if self.gpus else None
+                return self._beside.submit(run_job, job, gpu=gpu)
             return self._pool.submit(self._run, job)
 
     def _run(self, job: Job) -> JobResult:
@@ -366,6 +378,7 @@ class LocalGPUExecutor:
         with self._lock:
             self._closed = True
         self._pool.shutdown(wait=True)
+        self._beside.shutdown(wait=True)
         if self.warm is not None:
             self.warm.close()
 
@@ -374,6 +387,19 @@ class LocalGPUExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+_default: LocalGPUExecutor | None = None
+_default_lock = threading.Lock()
+
+
+def default_executor() -> LocalGPUExecutor:
+    """A process-wide ``LocalGPUExecutor``, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = LocalGPUExecutor()
+        return _default
 
 
 def run_on(executor: Executor | None, job: Job) -> JobResult:

@@ -33,7 +33,7 @@ __all__ = [
     "shared_gpu_overlaps",
 ]
 
-GPU_JOB_KINDS = frozenset({"reference", "candidate", "timeline", "runner", "tune"})
+GPU_JOB_KINDS = frozenset({"reference", "candidate", "runner", "tune", "warmup"})
 """Job kinds that use the GPU unless their payload says ``device: cpu``."""
 
 
@@ -74,7 +74,8 @@ def shared_gpu_overlaps(records: list[Placement]) -> list[tuple[Placement, Place
     """Pairs of records that used one GPU of one node at the same time.
 
     A ``problem`` record (a Ray task that held a GPU for a whole problem) does not clash with
-    the jobs of the same problem that ran inside it.
+    the jobs of the same problem that ran inside it, and a ``warmup`` job (torch.compile's cold
+    compile, which times nothing) shares its GPU by design.
 
     Args:
         records: Placements of a run; records without a GPU are ignored.
@@ -84,7 +85,7 @@ def shared_gpu_overlaps(records: list[Placement]) -> list[tuple[Placement, Place
     """
     by_gpu: dict[tuple[str, str], list[Placement]] = {}
     for record in records:
-        if record.gpu is None or record.gpu == "":
+        if record.gpu is None or record.gpu == "" or record.kind == "warmup":
             continue
         for gpu in record.gpu.split(","):
             by_gpu.setdefault((record.node, gpu.strip()), []).append(record)
@@ -190,3 +191,9 @@ class RunnerOn:
         from stitch_graph.execution.profiling import reference_timeline
 
         return reference_timeline(task, ctx, executor=self.executor, **kwargs)
+
+    def compile_baseline(self, task: Any, ctx: Any = None) -> Any:
+        """``execution.compile_baseline`` on this executor (the report's torch.compile time)."""
+        from stitch_graph.execution.reference import compile_baseline
+
+        return compile_baseline(task, ctx, executor=self.executor)

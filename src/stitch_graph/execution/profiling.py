@@ -24,7 +24,7 @@ from stitch_graph.artifacts import (
     TestResult,
 )
 from stitch_graph.execution.candidate import candidate_job, prepare_candidate, prepare_for_run
-from stitch_graph.execution.executor import Executor, gpu_available, run_on
+from stitch_graph.execution.executor import Executor, default_executor, gpu_available, run_on
 from stitch_graph.execution.reference import ReferenceFailed, ensure_reference
 from stitch_graph.execution.settings import RunSettings
 
@@ -72,12 +72,14 @@ def reference_timeline(
 
     The timeline is taken by the run's reference worker after its outputs and timings
     (``ensure_reference(timeline=...)``), and cached with them: asking for it costs the
-    Verifier's first reference run nothing extra, and a second ask costs nothing at all.
+    Verifier's first reference run nothing extra, and a second ask costs nothing at all. Under a
+    context with ``defer_compile_baseline`` (and no ``target_speedup``, which needs the figure
+    every round), that worker leaves torch.compile for the run's report (``compile_baseline``).
 
     Args:
         task: The problem.
         ctx: ``StitchContext`` or ``RunSettings`` (seed, TF32, limits); defaults when ``None``.
-        executor: Where the worker runs.
+        executor: Where the worker runs; the process-wide ``LocalGPUExecutor`` when ``None``.
         iterations: Profiled forward calls (after three warm-up calls).
 
     Returns:
@@ -87,8 +89,17 @@ def reference_timeline(
     if not gpu_available():
         return ProfileReport(status="not_run", source="torch.profiler", reason="not run: no GPU")
     settings = RunSettings.from_context(ctx)
+    # the loop's first reference run: torch.compile's time can wait for the run's report
+    defer = bool(getattr(ctx, "defer_compile_baseline", False))
+    defer = defer and not getattr(ctx, "target_speedup", None)
     try:
-        reference = ensure_reference(task, settings, executor=executor, timeline=iterations)
+        reference = ensure_reference(
+            task,
+            settings,
+            executor=executor or default_executor(),
+            timeline=iterations,
+            defer_compile=defer,
+        )
     except ReferenceFailed as exc:
         return ProfileReport(status="error", source="torch.profiler", reason=str(exc))
     data = reference.meta.get("timeline")

@@ -10,7 +10,6 @@ never ``passed``. No module of the package imports this one back (only ``__init_
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 import uuid
 from typing import Any
@@ -19,7 +18,7 @@ from pydantic import BaseModel
 
 from stitch_graph.artifacts import Candidate, CompileResult, Task, TestResult, TimingResult
 from stitch_graph.execution.candidate import candidate_job, judge_candidate, prepare_for_run
-from stitch_graph.execution.executor import Executor, LocalGPUExecutor, gpu_available
+from stitch_graph.execution.executor import Executor, default_executor, gpu_available
 from stitch_graph.execution.settings import RunSettings
 
 __all__ = ["VerificationOutcome", "default_executor", "verify_candidate"]
@@ -31,19 +30,6 @@ class VerificationOutcome(BaseModel):
     test: TestResult
     timing: TimingResult
     seconds: float = 0.0
-
-
-_default: LocalGPUExecutor | None = None
-_default_lock = threading.Lock()
-
-
-def default_executor() -> LocalGPUExecutor:
-    """A process-wide ``LocalGPUExecutor``, created on first use."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = LocalGPUExecutor()
-        return _default
 
 
 def verify_candidate(

@@ -36,7 +36,7 @@ from stitch_graph.execution.candidate import run_candidate_job
 from stitch_graph.execution.prebuild import run_build_job
 from stitch_graph.execution.prestart import READY_FILE
 from stitch_graph.execution.profiling import run_runner_job
-from stitch_graph.execution.reference import run_reference_job
+from stitch_graph.execution.reference import run_reference_job, run_warmup_job
 
 __all__ = ["HANDLERS", "PRELOAD", "main", "run_probe_job"]
 
@@ -88,6 +88,7 @@ HANDLERS: dict[str, Handler] = {
     "reference": run_reference_job,
     "runner": run_runner_job,
     "tune": run_tuning_job,
+    "warmup": run_warmup_job,
 }
 """The worker's dispatch table: the handler of each job kind."""
 
