@@ -119,6 +119,7 @@ def test_a_deferred_compile_baseline_is_taken_once_for_the_report():
     assert report.best.timing.compile_ms == 3.0 and state["best"].timing.compile_ms == 3.0
     assert "3.00x vs torch.compile" in report.summary
     assert state["result"]["speedup_vs_compile"] == 3.0
+    assert report.details["seconds_by_step"]["compile_baseline"] >= 0
 
 
 def test_a_round_that_timed_torch_compile_needs_no_baseline_at_the_end():

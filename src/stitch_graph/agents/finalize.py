@@ -15,6 +15,7 @@ speedups and the ops left to PyTorch without parsing prose.
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 from typing import Any
 
@@ -276,10 +277,14 @@ def finalize_node(state: StitchState, runtime: Runtime[StitchContext]) -> dict[s
     report compares the program with it.
     """
     ctx = resolve_context(runtime.context)
+    started = time.monotonic()
     best = with_compile_baseline(state.get("best"), state.get("task"), ctx)
     if best is not None:
         state = {**state, "best": best}
     report = build_report(state)
+    if best is not None:
+        spent = report.details["seconds_by_step"]
+        spent["compile_baseline"] = round(time.monotonic() - started, 3)
     report.details["round_budget"] = ctx.max_rounds
     files = write_run({**state, "report": report}, ctx.run_dir) if ctx.run_dir else None
     result = build_result(state, report, files)

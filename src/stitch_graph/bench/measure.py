@@ -65,11 +65,15 @@ def add_speedups(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _time_spent(history: list[RoundRecord]) -> dict[str, float]:
+def _time_spent(history: list[RoundRecord], report: RunReport) -> dict[str, float]:
+    """The Verifier's seconds by step over the rounds, and the report's deferred baseline."""
     spent: dict[str, float] = {}
     for record in history:
         for step, seconds in record.steps.items():
             spent[step] = round(spent.get(step, 0.0) + seconds, 3)
+    baseline = (report.details.get("seconds_by_step") or {}).get("compile_baseline")
+    if baseline is not None:
+        spent["compile_baseline"] = baseline
     return spent
 
 
@@ -114,7 +118,7 @@ def row_from_report(
         "seconds": round(seconds, 2),
         "host": host,
         "summary": report.summary[:500],
-        "time_spent": _time_spent(history),
+        "time_spent": _time_spent(history, report),
         "best_per_round": _best_per_round(history),
     }
     best = report.best
