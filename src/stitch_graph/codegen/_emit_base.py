@@ -81,14 +81,40 @@ def _offset(
     return " + ".join(terms) or "0"
 
 
+def _row_offset(
+    shape: tuple[int, ...], strides: tuple[int, ...], space: tuple[int, ...], length: int
+) -> str | None:
+    """Offset of an operand that is the same at every element of a row (the trailing dims of
+    ``space`` holding ``length`` elements), written with the row ``r`` alone; ``None`` for an
+    operand that varies along the row."""
+    tail, count = 0, 1
+    while count < length and tail < len(space):
+        tail += 1
+        count *= space[-tail]
+    if count != length or length < 2:
+        return None
+    lead, rows = len(space) - len(shape), len(space) - tail
+    kept = max(0, rows - lead)  # operand dims outside the row
+    if any(size != 1 and stride != 0 for size, stride in zip(shape[kept:], strides[kept:])):
+        return None
+    return _offset(shape[:kept], strides[:kept], space[:rows], "r") if kept else "0"
+
+
 @dataclass
 class _Args:
-    """Tensor parameters of one kernel, in the order host code passes them."""
+    """Tensor parameters of one kernel, in the order host code passes them.
+
+    ``row``: ``(space, length)`` in a kernel whose element ``i`` of ``space`` is ``r * length +
+    k``. An operand constant along the row (a per-row scale, an embedding's token id) is then
+    indexed from ``r`` alone, so nvcc hoists its load out of the row's loop instead of dividing
+    ``i`` for every element (a logsumexp with a per-channel temperature was issue-bound on it).
+    """
 
     ir: ProgramIR
     refs: list[Ref] = field(default_factory=list)
     vector: bool = False
     vec_refs: list[Ref] = field(default_factory=list)
+    row: tuple[tuple[int, ...], int] | None = None
 
     def param(self, ref: Ref) -> str:
         if ref not in self.refs:
@@ -106,6 +132,10 @@ class _Args:
             if ref not in self.vec_refs:
                 self.vec_refs.append(ref)
             return f"(&{name}v.x)[l]"
+        if self.row is not None and idx == "i" and tuple(space) == self.row[0]:
+            offset = _row_offset(shape, tuple(strides), tuple(space), self.row[1])
+            if offset is not None:
+                return f"{name}[{offset}]"
         return f"{name}[{_offset(shape, strides, space, idx)}]"
 
     def signature(self, extra: list[str]) -> str:

@@ -82,6 +82,24 @@ def _thread_per_row(tun: KernelTuning, length: int, rows: int, contiguous: bool)
     )
 
 
+def _column_warps(tun: KernelTuning, op: str, length: int, inner: int) -> int:
+    """Warps of a column-mode block, 0 where it does not apply. Softmax over a strided dim
+    (channels of NCHW) with a warp per row has its lanes read positions ``inner`` floats apart,
+    a line each; a lane per row instead makes each warp load 32 adjacent rows, one line, with
+    the block's warps splitting the row's positions. Needs 32 | ``inner`` (a tile of 32 rows
+    lies in one outer slice) and at most 1024 positions (32 warps, 32 values a thread); rows up
+    to ``_THREAD_ROW_LENGTH`` keep a thread each. Only by default, as for ``_thread_per_row``."""
+    if (
+        tun.rows_per_block != 0
+        or op not in ("softmax", "log_softmax")
+        or inner <= 1
+        or inner % 32
+        or not _THREAD_ROW_LENGTH < length <= 1024
+    ):
+        return 0
+    return max(4, 1 << (math.ceil(length / 32) - 1).bit_length())  # power of two: vpt <= 32
+
+
 def _declared(name: str, decl: str, lines: list[str]) -> list[str]:
     """``[decl]`` when a line reads the variable ``name``, else nothing."""
     return [decl] if any(re.search(rf"\b{name}\b", line) for line in lines) else []
@@ -262,10 +280,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
         affine_idx: str,
         eps: Any,
         index: str,
+        inner: int = 1,
     ) -> list[str] | None:
         """Softmax/norm kernel that keeps each row in registers: one global read, one write.
 
-        A warp (short rows) or a block of up to 1024 threads (long rows) owns a row; each thread
+        A warp (short rows) or a block of up to 1024 threads (long rows) owns a row, or (rows
+        ``inner`` apart in memory, see ``_thread_per_row`` and ``_column_warps``) a thread, or a
+        lane of a block whose ``threads`` warps split the row (column mode); each thread
         holds its ``vpt`` values in ``float v[vpt]`` (element ``t + c * threads``, or float4 chunk
         ``t + c * threads`` when the row is contiguous and its length a multiple of 4: ``_v4``
         kernel, scalar twin chosen at run time when an operand is not 16-byte aligned).
@@ -274,9 +295,11 @@ class _SoftmaxNormEmitter(_EmitterBase):
         the row end are never loaded, reduced or stored. Knobs: ``rows_per_block`` > 1 / == 1
         force a warp / a block per row, ``vector_width`` 1 the scalar kernel alone, ``block_size``
         the rows per block (warp) or the threads per row (block; raised until ``vpt`` <= 16, at
-        most to 512). Returns ``None`` (two-pass kernel instead) when ``vpt`` would exceed the
-        register budget: 32 values a thread up to 512 threads a block, 16 at 1024 (32 for float4
-        softmax rows, which need few other registers: a 32000-class row read once).
+        most to 512); column mode sizes its own block. Returns ``None`` (two-pass kernel
+        instead) when ``vpt`` would exceed the register budget: 32 values a thread up to 512
+        threads a block, 16 at 1024 (32 for float4 or column softmax rows reading one tensor,
+        which need few other registers: a 32000-class row read once). Column mode that would
+        exceed it falls back to a warp or block per row.
         """
         ir = self.ir
         node = ir.node(g.anchor or "")
@@ -290,6 +313,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
         mode = _row_mode(tun, length)
         if _thread_per_row(tun, length, rows, contiguous):
             mode = "thread"
+        slices = _column_warps(tun, op, length, inner)
+        if slices:
+            mode = "column"
         vector = (
             tun.vector_width == 4
             and contiguous
@@ -301,7 +327,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
             return 4 * math.ceil(length / 4 / threads) if vector else math.ceil(length / threads)
 
         # softmax rows in float4 reading one tensor need few registers besides v[] (49 at 1024
-        # threads x 32 values; a second tensor read in the write pass spills)
+        # threads x 32 values; a second tensor read in the write pass spills); so do column
+        # tiles (64, no spill, at 1024 threads x 32 values; 76+ bytes spilled with two tensors)
         members = {node.name, *g.prologue, *g.epilogue}
         read = {
             ref
@@ -310,7 +337,10 @@ class _SoftmaxNormEmitter(_EmitterBase):
             if ref.kind != "node" or ref.name not in members
         }
         wide = (
-            vector and op in ("softmax", "log_softmax") and tun.rows_per_block == 0 and len(read) == 1
+            (vector or mode == "column")
+            and op in ("softmax", "log_softmax")
+            and tun.rows_per_block == 0
+            and len(read) == 1
         )
 
         def budget(block: int) -> int:  # ptxas gives 255 registers a thread up to 256 threads,
@@ -318,9 +348,13 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 return 32
             return 16
 
+        if mode == "column" and vpt(slices) > budget(32 * slices):
+            mode = _row_mode(tun, length)  # would spill: a warp per row, as before
         block = min(tun.block_size, 1024)
         if mode == "thread":
             threads, block = 1, min(block, 512)
+        elif mode == "column":
+            threads, block = slices, 32 * slices
         elif mode == "warp":
             threads = 32
             if vpt(threads) > budget(block):
@@ -334,7 +368,11 @@ class _SoftmaxNormEmitter(_EmitterBase):
             block = threads
         if vpt(threads) > budget(block):
             return None
-        reduce_fn = {"warp": "sg_warp_reduce", "block": "sg_block_reduce"}.get(mode)
+        reduce_fn = {
+            "warp": "sg_warp_reduce",
+            "block": "sg_block_reduce",
+            "column": f"sg_slice_reduce<{threads}>",  # lane by lane across the warps
+        }.get(mode)
         weight, bias = node.args.get("weight"), node.args.get("bias")
         # the scheduler gives prologue values one reader; re-evaluate them if the epilogue reads any
         prologue = set(g.prologue)
@@ -368,8 +406,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
             ok = "" if nu % threads == 0 else (f"c < {full} || u < {nu}" if full else f"u < {nu}")
             s = "v[c * 4 + l]" if vec else "v[c]"
             args = _Args(ir)
-            load_args = _Args(ir, refs=args.refs, vector=vec)
-            write_args = _Args(ir, refs=args.refs, vector=vec)
+            row = (tuple(shape), length) if contiguous else None  # i = r * length + k
+            load_args = _Args(ir, refs=args.refs, vector=vec, row=row)
+            write_args = _Args(ir, refs=args.refs, vector=vec, row=row)
 
             def slots(
                 body: list[str], head: list[str] | None = None, tail: list[str] | None = None
@@ -482,6 +521,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
                     [f"const {index} k = u;", f"const {index} i = {offset};"],
                 )
 
+            how = f"{mode} per row"
+            row_head: list[str] = []
             if mode == "thread":
                 tid = "0"
                 row_loop = (
@@ -495,17 +536,27 @@ class _SoftmaxNormEmitter(_EmitterBase):
                     f"for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); "
                     f"r < {rows}; r += ({index})gridDim.x * {warps})"
                 )
+            elif mode == "column":
+                # lane l holds row tile * 32 + l, warp t its positions t, t + W, ...; the tile
+                # loop is block-uniform, as sg_slice_reduce's barriers need (32 | rows)
+                how = f"column tiles: a lane per row, {threads} warps along it"
+                tid = "threadIdx.x >> 5"
+                row_loop = (
+                    f"for ({index} tile = blockIdx.x; tile < {rows // 32}; tile += gridDim.x)"
+                )
+                row_head = [f"const {index} r = tile * 32 + (threadIdx.x & 31);"]
             else:
                 tid = "threadIdx.x"
                 row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
             name = f"{kernel}_v4" if vec else kernel
             src_lines = [
-                f"// {op}: {rows} row(s) of {length}, {mode} per row; the row stays in registers "
+                f"// {op}: {rows} row(s) of {length}, {how}; the row stays in registers "
                 f"({nv * w} per thread{', float4' if vec else ''}): one read, one write",
                 f'extern "C" __global__ __launch_bounds__({block}) void {name}('
                 f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
                 f"  const int t = {tid};",
                 f"  {row_loop} {{",
+                *(f"    {line}" for line in row_head),
                 f"    float v[{nv * w}] = {{}};  // slots past the row end stay 0, never read",
                 *(f"    {line}" for line in [*load, *stats, *write]),
                 "  }",
@@ -521,6 +572,8 @@ class _SoftmaxNormEmitter(_EmitterBase):
             grid = max(1, min(math.ceil(rows / block), _MAX_GRID))
         elif mode == "warp":
             grid = max(1, min(math.ceil(rows / (block // 32)), _MAX_GRID))
+        elif mode == "column":
+            grid = max(1, min(rows // 32, _MAX_GRID))
         else:
             grid = max(1, min(rows, 65535))
         scalar_src, sargs, _ = variant(False)
@@ -552,6 +605,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         affine_idx = "k"
         eps = node.args.get("eps")
         run = 0  # contiguous elements of a row between jumps (float4 needs 4 | run)
+        inner = 1  # distance of a row's neighbouring elements (softmax over a middle dim)
         if op in ("softmax", "log_softmax"):
             outer, length, inner = row_layout(shape, [int(node.args["dim"])]) or (1, 1, 1)
             rows = outer * inner
@@ -595,7 +649,9 @@ class _SoftmaxNormEmitter(_EmitterBase):
         cached = (
             None
             if split
-            else self._row_cached(g, kernel, tun, rows, length, offset, affine_idx, eps, index)
+            else self._row_cached(
+                g, kernel, tun, rows, length, offset, affine_idx, eps, index, inner=inner
+            )
         )
         if cached is not None:
             return cached

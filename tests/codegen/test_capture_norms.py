@@ -1,0 +1,112 @@
+"""Hand-written layer norms become one ``layer_norm`` node, and only the exact forms do.
+
+Written with ``mean`` and the mean of squared deviations (or a biased ``var``), a layer norm is
+two dependent row reductions that would be two kernels; as one node it is one row kernel with
+the affine as its epilogue. A form that computes something else (an unbiased variance, ``eps``
+outside the root, a middle dim, an intermediate read elsewhere) keeps its nodes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import capture_program
+from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn({last}))
+        self.bias = nn.Parameter(torch.randn({last}))
+
+    def forward(self, x):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+MEAN_FORM = (
+    "m = x.mean(-1, keepdim=True); c = x - m; v = (c * c).mean(-1, keepdim=True); "
+    "return c / torch.sqrt(v + 1e-5) * self.weight + self.bias"
+)
+RECOGNISED = {
+    "mean_of_squares": MEAN_FORM,
+    "pow_and_rsqrt": (
+        "c = x - x.mean(dim=-1, keepdim=True); "
+        "return torch.rsqrt(c.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * c"
+    ),
+    "biased_var": (
+        "v = x.var(-1, unbiased=False, keepdim=True); "
+        "return (x - x.mean(-1, keepdim=True)) / (v + 1e-5).sqrt() + self.bias"
+    ),
+}
+KEPT = {
+    "unbiased_var": (
+        "v = x.var(-1, keepdim=True); return (x - x.mean(-1, keepdim=True)) / torch.sqrt(v + 1e-5)"
+    ),
+    "eps_outside_root": (
+        "c = x - x.mean(-1, keepdim=True); "
+        "return c / (torch.sqrt((c * c).mean(-1, keepdim=True)) + 1e-5)"
+    ),
+    "middle_dim": (
+        "m = x.mean(1, keepdim=True); c = x - m; v = (c * c).mean(1, keepdim=True); "
+        "return c / torch.sqrt(v + 1e-5)"
+    ),
+    "centred_also_returned": (
+        "m = x.mean(-1, keepdim=True); c = x - m; v = (c * c).mean(-1, keepdim=True); "
+        "return c / torch.sqrt(v + 1e-5), c"
+    ),
+}
+
+
+def _source(body: str, shape: tuple[int, ...]) -> str:
+    body = body.replace("; ", "\n        ")
+    return _PROBLEM.format(body=body, shape=", ".join(map(str, shape)), last=shape[-1])
+
+
+def _ops(body: str, shape: tuple[int, ...]) -> list[str]:
+    return [n.op for n in capture_program(load_task(_source(body, shape))).nodes]
+
+
+@pytest.mark.parametrize("body", RECOGNISED.values(), ids=RECOGNISED.keys())
+def test_hand_written_layer_norm_becomes_one_node(body: str) -> None:
+    ops = _ops(body, (3, 4, 32))
+    assert ops.count("layer_norm") == 1
+    assert not {"mean", "var", "sub", "sqrt", "rsqrt"} & set(ops)
+
+
+@pytest.mark.parametrize("body", KEPT.values(), ids=KEPT.keys())
+def test_other_forms_keep_their_nodes(body: str) -> None:
+    ops = _ops(body, (3, 4, 32))
+    assert "layer_norm" not in ops
+    assert "mean" in ops or "var" in ops
+
+
+def test_two_trailing_dims_normalise_both() -> None:
+    body = MEAN_FORM.replace("(-1, keepdim=True)", "((-2, -1), keepdim=True)")
+    body = body.replace(" * self.weight + self.bias", "")
+    ir = capture_program(load_task(_source(body, (2, 3, 8, 16))))
+    (norm,) = [n for n in ir.nodes if n.op == "layer_norm"]
+    assert tuple(norm.args["normalized_shape"]) == (8, 16)
+
+
+@pytest.mark.parametrize("name", ["mean_of_squares", "pow_and_rsqrt", "biased_var"])
+def test_recognised_layer_norm_matches_pytorch(name: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_source(RECOGNISED[name], (3, 5, 48)))
+    assert not program.declared_torch_ops
+    assert program.kernel_source.count('extern "C" __global__') <= 2  # a kernel and its float4 twin
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -1,0 +1,134 @@
+"""Rows that are columns of memory, and layer norms written by hand, on a real GPU.
+
+A softmax over the channels of NCHW and an L2 normalisation over them take column tiles (a lane
+per row, so every warp load is one line); a hand-written layer norm becomes one row kernel.
+Each program matches PyTorch at 1e-4 (TF32 off) on three draws and beats the layout it replaced,
+timed in turns in one process: the warp-per-row softmax (0.17x of ``torch.compile`` on an H100),
+the thread-per-column normalisation (0.40x), the two-kernel layer norm (0.57x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn({last}))
+        self.bias = nn.Parameter(torch.randn({last}))
+
+    def forward(self, x):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = {
+    # name: (forward body, input shape, knobs of the layout replaced, least speedup over it)
+    "softmax_over_channels": (
+        "return torch.softmax(x, dim=1)", (32, 256, 64, 64), {"rows_per_block": 8}, 2.0,
+    ),
+    "l2_normalise_channels": (
+        "return x / torch.sqrt((x * x).sum(1, keepdim=True)).clamp_min(1e-12)",
+        (16, 512, 64, 64), {"unroll": 4}, 1.5,
+    ),
+    "hand_written_layer_norm": (
+        "m = x.mean(-1, keepdim=True)\n        c = x - m\n"
+        "        v = (c * c).mean(-1, keepdim=True)\n"
+        "        return c / torch.sqrt(v + 1e-5) * self.weight + self.bias",
+        (8192, 4096), None, 1.3,
+    ),
+}
+
+
+def _program(source: str, knobs: dict[str, Any] | None, recognise: bool = True) -> Any:
+    from stitch_graph.codegen import (
+        KernelTuning,
+        Tuning,
+        _capture_lower,
+        capture_program,
+        emit_candidate,
+        plan_program,
+    )
+    from stitch_graph.task import load_task
+
+    tuning = Tuning(default=KernelTuning(**knobs)) if knobs else None
+    ir = (
+        capture_program(load_task(source))
+        if recognise
+        else _without_recognition(_capture_lower, lambda: capture_program(load_task(source)))
+    )
+    return emit_candidate(ir, plan_program(ir), tuning=tuning)
+
+
+def _without_recognition(module: Any, build: Callable[[], Any]) -> Any:
+    """The IR as it was before hand-written layer norms were recognised."""
+    saved = module.recognize_layer_norms
+    module.recognize_layer_norms = lambda ir: None
+    try:
+        return build()
+    finally:
+        module.recognize_layer_norms = saved
+
+
+def _model(source: str, program: Any) -> tuple[dict, Any, Any]:
+    import torch
+
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    namespace: dict = {"__name__": "reference"}
+    exec(compile(source, "<reference>", "exec"), namespace)  # noqa: S102
+    torch.manual_seed(0)
+    reference = namespace["Model"]().cuda()
+    host = {"KERNELS": KernelLibrary(program.kernel_source), "__name__": "candidate"}
+    exec(compile(program.host_source, "<host>", "exec"), host)  # noqa: S102
+    model = host["ModelNew"]().cuda()
+    model.load_state_dict(reference.state_dict())
+    return namespace, reference, model
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_new_layout_matches_pytorch_and_beats_the_old(case: str) -> None:
+    import torch
+
+    from stitch_graph.execution.timing import time_cuda
+
+    body, shape, knobs, least = CASES[case]
+    source = _PROBLEM.format(body=body, shape=", ".join(map(str, shape)), last=shape[-1])
+    new = _program(source, None)
+    old = _program(source, knobs, recognise=knobs is not None)
+    assert new.kernel_source != old.kernel_source
+    namespace, reference, model = _model(source, new)
+    _, _, before = _model(source, old)
+    with torch.no_grad():
+        for seed in range(3):
+            torch.manual_seed(seed)
+            inputs = [x.cuda() for x in namespace["get_inputs"]()]
+            expected = reference(*inputs)
+            torch.testing.assert_close(model(*inputs), expected, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(before(*inputs), expected, rtol=1e-4, atol=1e-4)
+        turns = [
+            [time_cuda(lambda m=m: m(*inputs), runs=20)["median_ms"] for m in (model, before)]
+            for _ in range(3)
+        ]
+    ours, theirs = (min(column) for column in zip(*turns, strict=True))
+    print(f"{case}: new {ours:.3f} ms, old layout {theirs:.3f} ms ({theirs / ours:.2f}x)")
+    assert theirs >= least * ours
