@@ -1,9 +1,10 @@
-"""Hand-written layer norms become one ``layer_norm`` node, and only the exact forms do.
+"""Hand-written layer norms and softmaxes become one row-op node, and only the exact forms do.
 
 Written with ``mean`` and the mean of squared deviations (or a biased ``var``), a layer norm is
-two dependent row reductions that would be two kernels; as one node it is one row kernel with
-the affine as its epilogue. A form that computes something else (an unbiased variance, ``eps``
-outside the root, a middle dim, an intermediate read elsewhere) keeps its nodes.
+two dependent row reductions that would be two kernels, and so is a softmax written with
+``amax``, ``exp`` and ``sum``; as one node each is one row kernel. A form that computes
+something else (an unbiased variance, ``eps`` outside the root, a middle dim, a softmax without
+its maximum subtracted, an intermediate read elsewhere) keeps its nodes.
 """
 
 from __future__ import annotations
@@ -54,7 +55,30 @@ RECOGNISED = {
         "return (x - x.mean(-1, keepdim=True)) / (v + 1e-5).sqrt() + self.bias"
     ),
 }
+SOFTMAX = {
+    "max_getitem": (
+        "m = x.max(dim=-1, keepdim=True)[0]; e = torch.exp(x - m); "
+        "return e / e.sum(dim=-1, keepdim=True)",
+        "softmax",
+    ),
+    "over_channels": (
+        "e = (x - x.amax(1, keepdim=True)).exp(); return e / e.sum(1, keepdim=True) * 2.0",
+        "softmax",
+    ),
+    "log_softmax": (
+        "s = x - x.amax(-1, keepdim=True); "
+        "return s - torch.log(torch.exp(s).sum(-1, keepdim=True))",
+        "log_softmax",
+    ),
+}
 KEPT = {
+    "softmax_without_max": "e = torch.exp(x); return e / e.sum(-1, keepdim=True)",
+    "exp_also_returned": (
+        "e = torch.exp(x - x.amax(-1, keepdim=True)); return e / e.sum(-1, keepdim=True), e"
+    ),
+    "sum_over_another_dim": (
+        "e = torch.exp(x - x.amax(-1, keepdim=True)); return e / e.sum(1, keepdim=True)"
+    ),
     "unbiased_var": (
         "v = x.var(-1, keepdim=True); return (x - x.mean(-1, keepdim=True)) / torch.sqrt(v + 1e-5)"
     ),
@@ -92,8 +116,21 @@ def test_hand_written_layer_norm_becomes_one_node(body: str) -> None:
 @pytest.mark.parametrize("body", KEPT.values(), ids=KEPT.keys())
 def test_other_forms_keep_their_nodes(body: str) -> None:
     ops = _ops(body, (3, 4, 32))
-    assert "layer_norm" not in ops
-    assert "mean" in ops or "var" in ops
+    assert not {"layer_norm", "softmax", "log_softmax"} & set(ops)
+    assert {"mean", "var", "sum"} & set(ops)
+
+
+@pytest.mark.parametrize("name", sorted(SOFTMAX))
+def test_hand_written_softmax_becomes_one_node(name: str, tmp_path: Path) -> None:
+    body, op = SOFTMAX[name]
+    shape = (2, 40, 4, 16) if name == "over_channels" else (3, 5, 48)
+    source = _source(body, shape)
+    ops = [n.op for n in capture_program(load_task(source)).nodes]
+    assert ops.count(op) == 1
+    assert not {"amax", "exp", "sum", "sub", "log"} & set(ops)
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 def test_two_trailing_dims_normalise_both() -> None:

@@ -80,3 +80,35 @@ def test_per_row_operands_load_from_the_row(
     assert "% 6)]" in program.kernel_source  # tau[(r % 6)], not tau[((i / 40) % 6)]
     assert "/ 40) % 6)" not in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_EMBEDDING = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(50, 40)
+        self.norm = nn.LayerNorm(40)
+
+    def forward(self, ids):
+        return self.norm(self.tokens(ids))
+
+
+def get_inputs():
+    return [torch.randint(0, 50, (3, 5))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_gathered_row_reads_its_index_once_per_row(tmp_path: Path) -> None:
+    """The embedding's token id is a coordinate outside the row: taken from ``r``."""
+    task, program = generate_checked(_EMBEDDING)
+    assert "layer_norm" in program.kernel_source
+    assert "a0[(int)((r / 5) % 3) * 5 + (int)((r) % 5)" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -41,7 +41,7 @@ from stitch_graph.codegen._capture_names import (
     _rewrite_call,
     _variant,
 )
-from stitch_graph.codegen._capture_norms import recognize_layer_norms
+from stitch_graph.codegen._capture_norms import recognize_norms
 from stitch_graph.codegen._capture_passes import (
     _eliminate_dead,
     _insert_copies,
@@ -228,7 +228,7 @@ def _lower(
             writes.write(ir, fx_node, mutated, before, env)
             _write_back(ir, fx_node, mutated, env, ours, writes)
         writes.record(fx_node)
-    recognize_layer_norms(ir)
+    recognize_norms(ir)
     _eliminate_dead(ir)
     _insert_copies(ir)
     _split_library_bias(ir)

@@ -1,13 +1,16 @@
-"""Hand-written layer norms recognised as the ``layer_norm`` they compute.
+"""Hand-written layer norms and softmaxes recognised as the ``layer_norm`` and ``softmax``
+they compute.
 
 ``(x - x.mean(-1, keepdim=True)) / torch.sqrt(var + eps)`` with the variance written as the mean
-of the squared deviations (or ``x.var(..., unbiased=False)``) is two dependent row reductions.
-Scheduled as written, they become two kernels, and the first writes the centred tensor for the
-second to read back: two reads and two writes where ``layer_norm`` takes one of each (0.57x of
-``torch.compile`` on an H100 for a (8192, 4096) layer norm written so). As one ``layer_norm``
-node, the row kernel holds each row in registers, and a following affine ``* weight + bias``
-fuses into it as its epilogue. Only the exact forms are taken: normalised over trailing dims,
-``eps`` inside the square root, every intermediate read by the chain alone.
+of the squared deviations (or ``x.var(..., unbiased=False)``) is two dependent row reductions,
+and so is ``e = exp(x - x.amax(d, keepdim=True)); e / e.sum(d, keepdim=True)``. Scheduled as
+written, each becomes two kernels, the first writing an intermediate tensor for the second to
+read back: two reads and two writes where the row op takes one of each (0.57x of
+``torch.compile`` on an H100 for a (8192, 4096) layer norm written so). As one node, the row
+kernel holds each row in registers, and what follows (an affine ``* weight + bias``) fuses into
+it as its epilogue. Only the exact forms are taken: a layer norm over trailing dims with ``eps``
+inside the square root, a softmax or log-softmax that subtracts the maximum, every intermediate
+read by the chain alone.
 """
 
 from __future__ import annotations
@@ -19,20 +22,22 @@ from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 _Nodes = dict[str, OpNode]
 
 
-def recognize_layer_norms(ir: ProgramIR) -> None:
-    """Replace each hand-written layer norm's last node by one ``layer_norm`` node of the same
-    name; the chain it replaces is left without readers for dead-node elimination."""
+def recognize_norms(ir: ProgramIR) -> None:
+    """Replace each hand-written layer norm's or softmax's last node by one row-op node of the
+    same name; the chain it replaces is left without readers for dead-node elimination."""
     nodes = {n.name: n for n in ir.nodes}
     users = ir.users()
     for position, node in enumerate(ir.nodes):
-        norm = _layer_norm(ir, node, nodes, users)
+        norm = _layer_norm(ir, node, nodes, users) or _softmax(ir, node, nodes, users)
         if norm is not None:
             ir.nodes[position] = norm
             nodes[norm.name] = norm
             users = ir.users()
 
 
-def _layer_norm(ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]]) -> OpNode | None:
+def _layer_norm(
+    ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]]
+) -> OpNode | None:
     """The ``layer_norm`` node that ``y`` computes, or ``None`` when it is not one."""
     centred, inv = _scaled(y, nodes)
     if centred is None or inv is None or inv.op not in ("sqrt", "rsqrt"):
@@ -57,15 +62,20 @@ def _layer_norm(ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[s
     if square is False:
         return None
     chain = [mean.name, var.name, shifted.name, inv.name] + ([square] if square else [])
-    readers = {mean.name: {c.name}, var.name: {shifted.name}, shifted.name: {inv.name},
-               inv.name: {y.name}, c.name: {y.name, *([square] if square else [])}}
+    readers = {
+        mean.name: {c.name},
+        var.name: {shifted.name},
+        shifted.name: {inv.name},
+        inv.name: {y.name},
+        c.name: {y.name, *([square] if square else [])},
+    }
     if square:
         readers[square] = {var.name}
     if any(set(users.get(n, ())) - readers[n] for n in [*chain, c.name]):
         return None  # an intermediate is read elsewhere (or is an output): keep the chain
     if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*chain, y.name]):
         return None
-    normalized = tuple(shape[len(shape) - len(dims):])
+    normalized = tuple(shape[len(shape) - len(dims) :])
     kwargs = {"weight": None, "bias": None, "eps": float(eps)}
     return OpNode(
         name=y.name,
@@ -138,3 +148,66 @@ def _variance_input(
     if square.op == "pow" and square.args.get("input") == me and square.args.get("exponent") == 2:
         return square.name
     return False
+
+
+def _softmax(ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]]) -> OpNode | None:
+    """The ``softmax`` of ``e / e.sum(d)`` or the ``log_softmax`` of ``s - log(e.sum(d))``,
+    with ``e = exp(s)`` and ``s = x - x.amax(d)``, or ``None``."""
+    a, b = _node(y.args.get("input"), nodes), _node(y.args.get("other"), nodes)
+    log: OpNode | None = None
+    if y.op == "div" and y.args.get("rounding_mode") is None and a is not None:
+        op, e, total = "softmax", a, b
+    elif y.op == "sub" and y.args.get("alpha", 1) == 1 and b is not None and b.op == "log":
+        op, log = "log_softmax", b
+        total = _node(log.args.get("input"), nodes)
+        e = _node(total.args.get("input"), nodes) if total is not None else None
+    else:
+        return None
+    if e is None or e.op != "exp" or total is None or total.op != "sum":
+        return None
+    shifted = _node(e.args.get("input"), nodes)
+    if shifted is None or shifted.op != "sub" or shifted.args.get("alpha", 1) != 1:
+        return None
+    if total.args.get("input") != Ref("node", e.name) or (log and a is not shifted):
+        return None
+    x, peak = shifted.args.get("input"), _node(shifted.args.get("other"), nodes)
+    shape = ir.shapes.get(x) if isinstance(x, Ref) else None
+    if peak is None or peak.op != "amax" or peak.args.get("input") != x or shape is None:
+        return None
+    dim = _one_dim(peak.args.get("dim"), len(shape))
+    if dim is None or _one_dim(total.args.get("dim"), len(shape)) != dim:
+        return None
+    if not (peak.args.get("keepdim") and total.args.get("keepdim")) or total.args.get("dtype"):
+        return None
+    if tuple(y.shape) != tuple(shape):
+        return None
+    readers = {
+        peak.name: {shifted.name},
+        shifted.name: {e.name, *([y.name] if log else [])},
+        e.name: {total.name, *([] if log else [y.name])},
+        total.name: {log.name if log else y.name},
+        **({log.name: {y.name}} if log else {}),
+    }
+    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
+        return None  # an intermediate is read elsewhere (or is an output): keep the chain
+    if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*readers, y.name]):
+        return None
+    kwargs = {"dim": dim, "dtype": None}
+    return OpNode(
+        name=y.name,
+        op=op,
+        args={"input": x, **kwargs},
+        shape=tuple(y.shape),
+        dtype=y.dtype,
+        call=f"torch.nn.functional.{op}",
+        call_args=[x],
+        call_kwargs=kwargs,
+    )
+
+
+def _one_dim(dim: Any, ndim: int) -> int | None:
+    """The one reduced dim (non-negative), or ``None`` for none or several."""
+    dims = dim if isinstance(dim, list | tuple) else [dim]
+    if ndim == 0 or len(dims) != 1 or dims[0] is None:
+        return None
+    return int(dims[0]) % ndim

@@ -155,6 +155,7 @@ class _Position:
     shape: tuple[int, ...]
     space: tuple[int, ...]
     idx: str
+    row: int = 0  # ``idx`` is ``r * row + k`` (see ``_Args.row``), 0 where it is not
 
     @property
     def nd(self) -> int:
@@ -165,6 +166,9 @@ class _Position:
         """Coordinate of the output element along dim ``d`` of the op's output."""
         lead = len(self.space) - len(self.shape)
         inner = numel(self.space[lead + d + 1 :])
+        if self.row and inner % self.row == 0:  # a dim outside the row: from the row alone
+            rows = inner // self.row
+            return f"(int)(({f'r / {rows}' if rows > 1 else 'r'}) % {self.space[lead + d]})"
         c = f"({self.idx} / {inner})" if inner > 1 else f"({self.idx})"
         return f"(int)({c} % {self.space[lead + d]})"
 
@@ -293,7 +297,8 @@ class _EmitterBase:
         if rule is None:
             msg = f"{node.name}: no indexed rule for {node.op}"
             raise EmitError(msg)
-        at = _Position(self.ir, tuple(node.shape), space, idx)
+        row = args.row[1] if args.row and idx == "i" and tuple(space) == args.row[0] else 0
+        at = _Position(self.ir, tuple(node.shape), space, idx, row)
         return getattr(self, rule)(node, at, args, env)
 
     def _indexed_cat(
