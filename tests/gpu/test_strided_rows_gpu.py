@@ -2,10 +2,10 @@
 
 A softmax over the channels of NCHW and an L2 normalisation over them take column tiles (a lane
 per row, so every warp load is one line); a hand-written layer norm or softmax becomes one row
-kernel.
-Each program matches PyTorch at 1e-4 (TF32 off) on three draws and beats the layout it replaced,
-timed in turns in one process: the warp-per-row softmax (0.17x of ``torch.compile`` on an H100),
-the thread-per-column normalisation (0.40x), the two-kernel layer norm (0.57x) and softmax.
+kernel. Each program matches PyTorch at 1e-4 (TF32 off) on three draws and beats the layout it
+replaced, timed in turns in one process: the warp-per-row softmax (0.17x of ``torch.compile``
+on an H100), the thread-per-column normalisation (0.40x), the two-kernel layer norm (0.57x) and
+softmax.
 """
 
 from __future__ import annotations
@@ -15,30 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.codegen.test_capture_norms import _source
+from tests.gpu.test_codegen_layouts_gpu import _on_the_gpu
+
 pytestmark = pytest.mark.gpu
-
-_PROBLEM = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn({last}))
-        self.bias = nn.Parameter(torch.randn({last}))
-
-    def forward(self, x):
-        {body}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
 
 CASES = {
     # name: (forward body, input shape, knobs of the layout replaced, least speedup over it)
@@ -55,16 +35,15 @@ CASES = {
         1.5,
     ),
     "hand_written_layer_norm": (
-        "m = x.mean(-1, keepdim=True)\n        c = x - m\n"
-        "        v = (c * c).mean(-1, keepdim=True)\n"
-        "        return c / torch.sqrt(v + 1e-5) * self.weight + self.bias",
+        "m = x.mean(-1, keepdim=True); c = x - m; v = (c * c).mean(-1, keepdim=True); "
+        "return c / torch.sqrt(v + 1e-5) * self.weight + self.bias",
         (8192, 4096),
         None,
         1.3,
     ),
     "hand_written_softmax": (
-        "e = torch.exp(x - x.amax(-1, keepdim=True))\n"
-        "        return e / e.sum(-1, keepdim=True) * self.weight",
+        "e = torch.exp(x - x.amax(-1, keepdim=True)); "
+        "return e / e.sum(-1, keepdim=True) * self.weight",
         (8192, 2048),
         None,
         1.3,
@@ -93,31 +72,13 @@ def _program(source: str, knobs: dict[str, Any] | None, recognise: bool = True) 
 
 
 def _without_recognition(module: Any, build: Callable[[], Any]) -> Any:
-    """The IR as it was before hand-written layer norms were recognised."""
+    """The IR as it was before hand-written norms and softmaxes were recognised."""
     saved = module.recognize_norms
     module.recognize_norms = lambda ir: None
     try:
         return build()
     finally:
         module.recognize_norms = saved
-
-
-def _model(source: str, program: Any) -> tuple[dict, Any, Any]:
-    import torch
-
-    from stitch_graph.runtime.kernels import KernelLibrary
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    namespace: dict = {"__name__": "reference"}
-    exec(compile(source, "<reference>", "exec"), namespace)  # noqa: S102
-    torch.manual_seed(0)
-    reference = namespace["Model"]().cuda()
-    host = {"KERNELS": KernelLibrary(program.kernel_source), "__name__": "candidate"}
-    exec(compile(program.host_source, "<host>", "exec"), host)  # noqa: S102
-    model = host["ModelNew"]().cuda()
-    model.load_state_dict(reference.state_dict())
-    return namespace, reference, model
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -127,12 +88,12 @@ def test_new_layout_matches_pytorch_and_beats_the_old(case: str) -> None:
     from stitch_graph.execution.timing import time_cuda
 
     body, shape, knobs, least = CASES[case]
-    source = _PROBLEM.format(body=body, shape=", ".join(map(str, shape)), last=shape[-1])
+    source = _source(body, shape)
     new = _program(source, None)
     old = _program(source, knobs, recognise=knobs is not None)
     assert new.kernel_source != old.kernel_source
-    namespace, reference, model = _model(source, new)
-    _, _, before = _model(source, old)
+    namespace, reference, model = _on_the_gpu(source, new)
+    _, _, before = _on_the_gpu(source, old)
     with torch.no_grad():
         for seed in range(3):
             torch.manual_seed(seed)
