@@ -58,22 +58,20 @@ def _layer_norm(
     dims = _trailing(mean.args.get("dim"), len(shape or ()))
     if shape is None or dims is None or tuple(y.shape) != tuple(shape):
         return None
-    square = _variance_input(var, c, x, dims, nodes, len(shape))
-    if square is False:
+    squares = _squares(var, c, x, dims, nodes, len(shape))
+    if squares is None:
         return None
-    chain = [mean.name, var.name, shifted.name, inv.name] + ([square] if square else [])
     readers = {
         mean.name: {c.name},
         var.name: {shifted.name},
         shifted.name: {inv.name},
         inv.name: {y.name},
-        c.name: {y.name, *([square] if square else [])},
+        c.name: {y.name, *squares},
+        **{square: {var.name} for square in squares},
     }
-    if square:
-        readers[square] = {var.name}
-    if any(set(users.get(n, ())) - readers[n] for n in [*chain, c.name]):
+    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
         return None  # an intermediate is read elsewhere (or is an output): keep the chain
-    if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*chain, y.name]):
+    if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*readers, y.name]):
         return None
     normalized = tuple(shape[len(shape) - len(dims) :])
     kwargs = {"weight": None, "bias": None, "eps": float(eps)}
@@ -127,27 +125,26 @@ def _trailing(dim: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(dims) if dims == list(range(ndim - len(dims), ndim)) else None
 
 
-def _variance_input(
+def _squares(
     var: OpNode, c: OpNode, x: Ref, dims: tuple[int, ...], nodes: _Nodes, ndim: int
-) -> str | None | bool:
-    """How the chain's variance is computed: the name of the squared deviations it averages,
-    ``None`` for ``x.var(..., unbiased=False)``, ``False`` when it is no biased variance over
-    ``dims``."""
+) -> list[str] | None:
+    """The squared deviations the chain's variance averages (none for ``x.var(...,
+    unbiased=False)``), or ``None`` when it is no biased variance over ``dims``."""
     if _trailing(var.args.get("dim"), ndim) != dims or not var.args.get("keepdim"):
-        return False
+        return None
     if var.op == "var":
         correction = var.args.get("correction")
         biased = correction == 0 if correction is not None else var.args.get("unbiased") is False
-        return None if var.args.get("input") == x and biased else False
+        return [] if var.args.get("input") == x and biased else None
     square = _node(var.args.get("input"), nodes)
     if var.op != "mean" or var.args.get("dtype") is not None or square is None:
-        return False
+        return None
     me = Ref("node", c.name)
     if square.op == "mul" and square.args.get("input") == me and square.args.get("other") == me:
-        return square.name
+        return [square.name]
     if square.op == "pow" and square.args.get("input") == me and square.args.get("exponent") == 2:
-        return square.name
-    return False
+        return [square.name]
+    return None
 
 
 def _softmax(ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]]) -> OpNode | None:

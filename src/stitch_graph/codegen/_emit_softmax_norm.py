@@ -22,7 +22,12 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
-from stitch_graph.codegen._emit_reduce import _GPU_THREADS, _SplitLoops, _two_stage_launch
+from stitch_graph.codegen._emit_reduce import (
+    _GPU_THREADS,
+    _pow2_at_least,
+    _SplitLoops,
+    _two_stage_launch,
+)
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -97,7 +102,7 @@ def _column_warps(tun: KernelTuning, op: str, length: int, inner: int) -> int:
         or not _THREAD_ROW_LENGTH < length <= 1024
     ):
         return 0
-    return max(4, 1 << (math.ceil(length / 32) - 1).bit_length())  # power of two: vpt <= 32
+    return _pow2_at_least(max(4, math.ceil(length / 32)))  # a power of two: vpt <= 32
 
 
 def _declared(name: str, decl: str, lines: list[str]) -> list[str]:
