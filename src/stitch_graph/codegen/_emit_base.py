@@ -116,6 +116,12 @@ class _Args:
     vec_refs: list[Ref] = field(default_factory=list)
     row: tuple[tuple[int, ...], int] | None = None
 
+    def row_length(self, space: tuple[int, ...], idx: str) -> int:
+        """The row length when ``idx`` of ``space`` is ``r * length + k`` here, else 0."""
+        if self.row is None or idx != "i" or tuple(space) != self.row[0]:
+            return 0
+        return self.row[1]
+
     def param(self, ref: Ref) -> str:
         if ref not in self.refs:
             self.refs.append(ref)
@@ -132,10 +138,10 @@ class _Args:
             if ref not in self.vec_refs:
                 self.vec_refs.append(ref)
             return f"(&{name}v.x)[l]"
-        if self.row is not None and idx == "i" and tuple(space) == self.row[0]:
-            offset = _row_offset(shape, tuple(strides), tuple(space), self.row[1])
-            if offset is not None:
-                return f"{name}[{offset}]"
+        length = self.row_length(space, idx)
+        offset = _row_offset(shape, tuple(strides), tuple(space), length) if length else None
+        if offset is not None:
+            return f"{name}[{offset}]"
         return f"{name}[{_offset(shape, strides, space, idx)}]"
 
     def signature(self, extra: list[str]) -> str:
@@ -297,8 +303,7 @@ class _EmitterBase:
         if rule is None:
             msg = f"{node.name}: no indexed rule for {node.op}"
             raise EmitError(msg)
-        row = args.row[1] if args.row and idx == "i" and tuple(space) == args.row[0] else 0
-        at = _Position(self.ir, tuple(node.shape), space, idx, row)
+        at = _Position(self.ir, tuple(node.shape), space, idx, args.row_length(space, idx))
         return getattr(self, rule)(node, at, args, env)
 
     def _indexed_cat(
