@@ -4,7 +4,9 @@ For every problem file under the given folders: load, capture, plan and emit wit
 (the defaults, and one that turns every knob away from them), then hash the plan, the kernel
 source and the host source. Prints one line per problem (``name digest``) and a digest over all,
 so two runs (before and after a change) compare with ``diff``. A problem that fails any stage
-prints the error's type instead of a digest, which is also part of the fingerprint.
+prints the error's type instead of a digest, which is also part of the fingerprint. The shared
+CUDA prelude is left out of the kernel source: a helper added to it is not a change of every
+program.
 
 Usage: ``python tools/codegen_fingerprint.py DIR [DIR ...] [--out FILE]``
 """
@@ -23,6 +25,7 @@ from stitch_graph.codegen import (
     emit_candidate,
     plan_program,
 )
+from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
 
 _TUNINGS = (
@@ -52,7 +55,8 @@ def fingerprint(path: Path) -> str:
         digest.update(plan.model_dump_json().encode())
         for tuning in _TUNINGS:
             candidate = emit_candidate(ir, plan, tuning=tuning)
-            for text in (candidate.kernel_source, candidate.host_source, candidate.notes):
+            kernels = candidate.kernel_source.replace(PRELUDE, "", 1)
+            for text in (kernels, candidate.host_source, candidate.notes):
                 digest.update(text.encode())
     except Exception as error:  # noqa: BLE001 - a failing stage is part of the fingerprint
         return f"error:{type(error).__name__}"

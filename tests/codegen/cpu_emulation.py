@@ -62,7 +62,11 @@ static inline float cyl_bessel_i0f(float x) {
   for (int k = 1; k < 200; ++k) { t *= q / ((double)k * k); s += t; }
   return (float)s;
 }
+struct float2 { float x, y; };
+struct float3 { float x, y, z; };
 struct float4 { float x, y, z, w; };
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline float3 make_float3(float a, float b, float c) { return {a, b, c}; }
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 """
 _SERIAL_SYNC = r"""

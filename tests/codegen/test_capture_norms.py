@@ -147,3 +147,36 @@ def test_recognised_layer_norm_matches_pytorch(name: str, tmp_path: Path) -> Non
     assert not program.declared_torch_ops
     assert program.kernel_source.count('extern "C" __global__') <= 2  # a kernel and its float4 twin
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+CHANNELS_FIRST = (
+    "u = x.mean(1, keepdim=True); s = (x - u).pow(2).mean(1, keepdim=True); "
+    "return (x - u) / torch.sqrt(s + 1e-6) * 2.0 + 1.0"
+)
+
+
+@pytest.mark.parametrize("body", [
+    CHANNELS_FIRST,
+    "c = x - x.mean(0, keepdim=True); return (c * c).mean(0)",  # an ensemble's spread
+])
+def test_mean_of_squared_deviations_is_a_biased_var(body: str) -> None:
+    """Over other than trailing dims no layer norm is taken, but the variance is: it then
+    reads the input itself, beside the mean, instead of the mean's deviations after it."""
+    ir = capture_program(load_task(_source(body, (3, 40, 32))))
+    (var,) = [n for n in ir.nodes if n.op == "var"]
+    assert var.args["correction"] == 0 and var.args["input"].name == "x"
+    assert "pow" not in [n.op for n in ir.nodes]
+
+
+def test_channels_first_layer_norm_is_one_pass(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Mean and variance as sibling reductions of the channels, then the rewrite: one kernel
+    (three passes, two kernels, before)."""
+    from stitch_graph.codegen import schedule
+
+    monkeypatch.setattr(schedule, "_BROADCAST_BACK_THREAD_ROWS", 1)
+    task, program = generate_checked(_source(CHANNELS_FIRST, (2, 96, 4, 32)))
+    assert "SgPair<SgSum, SgWelford>" in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len(kernels.launched) == 1, kernels.launched

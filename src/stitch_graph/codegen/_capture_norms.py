@@ -11,6 +11,10 @@ kernel holds each row in registers, and what follows (an affine ``* weight + bia
 it as its epilogue. Only the exact forms are taken: a layer norm over trailing dims with ``eps``
 inside the square root, a softmax or log-softmax that subtracts the maximum, every intermediate
 read by the chain alone.
+
+A mean of squared deviations from the mean over other dims (ConvNeXt's channels-first layer
+norm) is still a ``var(..., correction=0)`` of the input: so written, it reads the input beside
+the mean instead of after it, and the scheduler takes both in one pass as sibling reductions.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def recognize_norms(ir: ProgramIR) -> None:
             ir.nodes[position] = norm
             nodes[norm.name] = norm
             users = ir.users()
+    for position, node in enumerate(ir.nodes):  # after the norms, whose chains it would break
+        var = _biased_variance(ir, node, nodes)
+        if var is not None:
+            ir.nodes[position] = var
+            nodes[var.name] = var
 
 
 def _layer_norm(
@@ -59,7 +68,7 @@ def _layer_norm(
     if shape is None or dims is None or tuple(y.shape) != tuple(shape):
         return None
     squares = _squares(var, c, x, dims, nodes, len(shape))
-    if squares is None:
+    if squares is None or not var.args.get("keepdim"):
         return None
     readers = {
         mean.name: {c.name},
@@ -117,12 +126,48 @@ def _row_mean(mean: OpNode, x: Ref) -> bool:
     )
 
 
-def _trailing(dim: Any, ndim: int) -> tuple[int, ...] | None:
-    """The reduced dims when they are the last ones (each once), else ``None``."""
+def _reduced_dims(dim: Any, ndim: int) -> tuple[int, ...] | None:
+    """The reduced dims, each once and in order (``None`` for all of them or none)."""
     if ndim == 0 or dim is None:
         return None
-    dims = sorted({int(d) % ndim for d in (dim if isinstance(dim, list | tuple) else [dim])})
-    return tuple(dims) if dims == list(range(ndim - len(dims), ndim)) else None
+    return tuple(sorted({int(d) % ndim for d in (dim if isinstance(dim, list | tuple) else [dim])}))
+
+
+def _trailing(dim: Any, ndim: int) -> tuple[int, ...] | None:
+    """The reduced dims when they are the last ones (each once), else ``None``."""
+    dims = _reduced_dims(dim, ndim)
+    return dims if dims is not None and dims == tuple(range(ndim - len(dims), ndim)) else None
+
+
+def _biased_variance(ir: ProgramIR, v: OpNode, nodes: _Nodes) -> OpNode | None:
+    """``x.var(dims, correction=0)`` for ``v = ((x - x.mean(dims, keepdim=True)) ** 2).mean(dims)``
+    (the square as ``pow`` or a product), or ``None``."""
+    square = _node(v.args.get("input"), nodes) if v.op == "mean" else None
+    c = _node(square.args.get("input"), nodes) if square is not None else None
+    if c is None or c.op != "sub" or c.args.get("alpha", 1) != 1:
+        return None
+    x, mean = c.args.get("input"), _node(c.args.get("other"), nodes)
+    if not isinstance(x, Ref) or mean is None or not _row_mean(mean, x):
+        return None
+    if ir.shapes.get(x) != tuple(c.shape):
+        return None
+    dims = _reduced_dims(mean.args.get("dim"), len(c.shape))
+    if dims is None or _squares(v, c, x, dims, nodes, len(c.shape)) is None:
+        return None
+    chain = [Ref("node", n) for n in (v.name, square.name, c.name, mean.name)]  # type: ignore[union-attr]
+    if any(ir.dtypes.get(r, "float32") != "float32" for r in [x, *chain]):
+        return None
+    kwargs = {"dim": dims, "correction": 0, "keepdim": bool(v.args.get("keepdim"))}
+    return OpNode(
+        name=v.name,
+        op="var",
+        args={"input": x, **kwargs, "unbiased": False},
+        shape=tuple(v.shape),
+        dtype=v.dtype,
+        call="torch.var",
+        call_args=[x],
+        call_kwargs=kwargs,
+    )
 
 
 def _squares(
@@ -130,7 +175,7 @@ def _squares(
 ) -> list[str] | None:
     """The squared deviations the chain's variance averages (none for ``x.var(...,
     unbiased=False)``), or ``None`` when it is no biased variance over ``dims``."""
-    if _trailing(var.args.get("dim"), ndim) != dims or not var.args.get("keepdim"):
+    if _reduced_dims(var.args.get("dim"), ndim) != dims:
         return None
     if var.op == "var":
         correction = var.args.get("correction")

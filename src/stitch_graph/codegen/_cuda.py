@@ -4,8 +4,9 @@ Accumulators are plain structs (``init``/``update``/``combine``/``shfl``) so one
 ``sg_warp_reduce`` (``__shfl_xor_sync`` butterfly, every lane ends with the total; ``sg_group_reduce``
 the same over groups of fewer lanes, several short rows a warp) and
 ``sg_block_reduce`` (warps, then shared memory across warps, result broadcast to all threads),
-serves sums, extrema, arg-extrema, Welford statistics and online log-sum-exp alike. The file needs
-no headers, so NVRTC and ``nvcc -cubin`` both take it as is.
+serves sums, extrema, arg-extrema, Welford statistics and online log-sum-exp alike;
+``SgPair``/``SgTriple`` carry sibling reductions of the same rows through them together. The file
+needs no headers, so NVRTC and ``nvcc -cubin`` both take it as is.
 """
 
 from __future__ import annotations
@@ -194,6 +195,40 @@ struct SgLse {
   __device__ __forceinline__ SgLse shfl(int o) const {
     SgLse r; r.m = __shfl_xor_sync(SG_FULL, m, o); r.s = __shfl_xor_sync(SG_FULL, s, o);
     return r;
+  }
+};
+
+// Sibling reductions of the same rows in one pass (a mean beside a logsumexp, two distances from
+// one anchor): an accumulator each, updated from one float2 or float3 of values.
+template <class A, class B>
+struct SgPair {
+  A a; B b;
+  static __device__ __forceinline__ SgPair init() {
+    SgPair p; p.a = A::init(); p.b = B::init(); return p;
+  }
+  __device__ __forceinline__ void update(float2 v, long long k) {
+    a.update(v.x, k); b.update(v.y, k);
+  }
+  __device__ __forceinline__ void combine(const SgPair& o) { a.combine(o.a); b.combine(o.b); }
+  __device__ __forceinline__ SgPair shfl(int o) const {
+    SgPair r; r.a = a.shfl(o); r.b = b.shfl(o); return r;
+  }
+};
+
+template <class A, class B, class C>
+struct SgTriple {
+  A a; B b; C c;
+  static __device__ __forceinline__ SgTriple init() {
+    SgTriple t; t.a = A::init(); t.b = B::init(); t.c = C::init(); return t;
+  }
+  __device__ __forceinline__ void update(float3 v, long long k) {
+    a.update(v.x, k); b.update(v.y, k); c.update(v.z, k);
+  }
+  __device__ __forceinline__ void combine(const SgTriple& o) {
+    a.combine(o.a); b.combine(o.b); c.combine(o.c);
+  }
+  __device__ __forceinline__ SgTriple shfl(int o) const {
+    SgTriple r; r.a = a.shfl(o); r.b = b.shfl(o); r.c = c.shfl(o); return r;
   }
 };
 

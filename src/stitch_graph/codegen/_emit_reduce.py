@@ -43,7 +43,8 @@ _ACC = {
     "std": "SgWelford",
     "logsumexp": "SgLse",
 }
-_SPLITTABLE = {"sum", "mean", "norm", "amax", "amin", "max", "min", "prod", "logsumexp"}
+_SPLITTABLE = {"sum", "mean", "norm", "amax", "amin", "max", "min", "prod", "logsumexp", "var",
+               "std"}
 
 
 _HELD_ROW = 64  # strided rows up to this long are reduced and rewritten from registers
@@ -58,6 +59,42 @@ def _column_splits(rows: int, length: int) -> int:
 
 _GPU_THREADS = 132 * 2048  # resident threads of an H200-class GPU
 _ROW_REDUCE = {"sum", "mean", "norm", "prod", "amax", "amin", "max", "min", "logsumexp"}
+
+
+def _accumulator(ops: list[str]) -> tuple[str, str, list[str]]:
+    """The accumulator type of one reduction or of siblings, the value type one element gives
+    it, and the field of each reduction's state."""
+    if len(ops) == 1:
+        return _ACC[ops[0]], "float", [""]
+    if len(ops) > 3:
+        msg = f"at most three sibling reductions in one pass, not {len(ops)}"
+        raise EmitError(msg)
+    template = "SgPair" if len(ops) == 2 else "SgTriple"
+    acc = f"{template}<{', '.join(_ACC[op] for op in ops)}>"
+    return acc, f"float{len(ops)}", [".a", ".b", ".c"][: len(ops)]
+
+
+def _reduced(op: str, args: dict[str, Any], a: str, length: int) -> str:
+    """A reduction's result from its accumulator state ``a``."""
+    if op in ("var", "std"):
+        corr = args.get("correction")
+        if corr is None:
+            corr = 1 if args.get("unbiased", True) else 0
+        var = f"{a}.m2 / fmaxf({a}.n - {float(corr)!r}f, 0.f)"
+        return f"sqrtf({var})" if op == "std" else var
+    return {
+        "sum": f"{a}.s",
+        "mean": f"{a}.s / {float(length)!r}f",
+        "norm": f"sqrtf({a}.s)",
+        "prod": f"{a}.p",
+        "amax": f"{a}.m",
+        "max": f"{a}.m",
+        "amin": f"{a}.m",
+        "min": f"{a}.m",
+        "argmax": f"{a}.i",
+        "argmin": f"{a}.i",
+        "logsumexp": f"({a}.m == -SG_INF ? -SG_INF : {a}.m + logf({a}.s))",
+    }[op]
 
 
 def _pow2_at_least(n: int) -> int:
@@ -142,13 +179,14 @@ def _two_stage_launch(
     aligned: list[str] | None = None,
 ) -> list[str]:
     """Host lines of a split reduction: a workspace of ``partials`` accumulators (16 bytes
-    each), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``.
+    a reduction), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``.
     With ``aligned`` (tensors read or written as float4, ``out`` besides), both stages run as
     their ``_v4`` twins when every one starts on a 16-byte boundary, else as the scalar pair."""
     ws = f"_ws_{g.id}"
     p1 = ", ".join([*(_py(r) for r in args.refs), ws])
     p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
-    alloc_ws = f"{ws} = torch.empty({partials * 16}, device=_dev, dtype=torch.uint8)"
+    size = partials * 16 * len(g.anchors)
+    alloc_ws = f"{ws} = torch.empty({size}, device=_dev, dtype=torch.uint8)"
     alloc_out = (
         f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
         f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
@@ -238,6 +276,7 @@ class _Reduction:
     contiguous: bool  # rows lie one after another in the input (``in_idx`` is r * length + k)
     index: str  # "int" or "long long"
     acc: str
+    vtype: str  # what one element gives the accumulator: float, or float2/3 with siblings
     load_value: Callable[[_Args, dict[str, str]], tuple[list[str], str]]
     finish: Callable[..., tuple[list[str], str]]
 
@@ -269,50 +308,55 @@ class _ReduceEmitter(_EmitterBase):
                 else (f"r * {length} + k" if outer > 1 else "k")
             )
         rows = outer * inner
-        acc = _ACC[node.op]
+        anchors = [ir.node(a) for a in g.anchors]
+        ops = {a.op for a in anchors}
+        if len(anchors) > 1 and any(
+            a.args.get("input") is None or ir.shapes[a.args["input"]] != in_shape
+            or sorted(reduction_dims(ir, a)) != sorted(dims) or a.shape != node.shape
+            for a in anchors
+        ):
+            msg = f"{g.id}: sibling reductions must reduce the same dims of inputs of one shape"
+            raise EmitError(msg)
+        acc, vtype, fields = _accumulator([a.op for a in anchors])
         out = ir.node(g.output)
         anchor_shape = node.shape
 
         def load_value(args: _Args, env: dict[str, str]) -> tuple[list[str], str]:
             lines = self.exprs(g.prologue, in_shape, "i", env, args)
-            value = self.value_of(src, in_shape, "i", env, args)
-            if node.op == "norm":
-                lines.append(f"const float sq = {value} * {value};")
-                value = "sq"
-            return lines, value
+            values: list[str] = []
+            for n, a in enumerate(anchors):
+                value = self.value_of(a.args["input"], in_shape, "i", env, args)
+                if a.op == "norm":
+                    square = f"sq{n}" if n else "sq"
+                    lines.append(f"const float {square} = {value} * {value};")
+                    value = square
+                values.append(value)
+            if len(values) == 1:
+                return lines, values[0]
+            return lines, f"make_{vtype}({', '.join(values)})"
 
         def finish(
-            args: _Args, a: str, members: list[str] | None = None, result_of: str | None = None
+            args: _Args,
+            a: str,
+            members: list[str] | None = None,
+            result_of: str | None = None,
+            env: dict[str, str] | None = None,
         ) -> tuple[list[str], str]:
-            """The reduced value and the epilogue (``members``, default all) at one output."""
-            result = {
-                "sum": f"{a}.s",
-                "mean": f"{a}.s / {float(length)!r}f",
-                "norm": f"sqrtf({a}.s)",
-                "prod": f"{a}.p",
-                "amax": f"{a}.m",
-                "max": f"{a}.m",
-                "amin": f"{a}.m",
-                "min": f"{a}.m",
-                "argmax": f"{a}.i",
-                "argmin": f"{a}.i",
-                "logsumexp": f"({a}.m == -SG_INF ? -SG_INF : {a}.m + logf({a}.s))",
-            }.get(node.op)
-            if node.op in ("var", "std"):
-                corr = node.args.get("correction")
-                if corr is None:
-                    corr = 1 if node.args.get("unbiased", True) else 0
-                var = f"{a}.m2 / fmaxf({a}.n - {float(corr)!r}f, 0.f)"
-                result = f"sqrtf({var})" if node.op == "std" else var
-            ctype = _CTYPE.get(node.dtype, "float")
-            env = {node.name: f"v_{node.name}"}
-            lines = [f"const {ctype} v_{node.name} = ({ctype})({result});"]
+            """The reduced values and the epilogue (``members``, default all) at one output;
+            ``env`` receives every value computed, by node name."""
+            env = {} if env is None else env
+            lines: list[str] = []
+            for anchor, field in zip(anchors, fields, strict=True):
+                ctype = _CTYPE.get(anchor.dtype, "float")
+                result = _reduced(anchor.op, anchor.args, f"{a}{field}", length)
+                lines.append(f"const {ctype} v_{anchor.name} = ({ctype})({result});")
+                env[anchor.name] = f"v_{anchor.name}"
             lines += self.exprs(g.epilogue if members is None else members, anchor_shape, "r",
                                 env, args)
             return lines, env[result_of or out.name]
 
         red = _Reduction(
-            g, kernel, rows, length, in_idx, inner == 1 and not gathered, index, acc,
+            g, kernel, rows, length, in_idx, inner == 1 and not gathered, index, acc, vtype,
             load_value, finish,
         )
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
@@ -320,13 +364,13 @@ class _ReduceEmitter(_EmitterBase):
         if gathered and broadcast:
             msg = f"{node.name}: a reduction over non-adjacent dims does not rewrite its rows"
             raise EmitError(msg)
-        row_kernel = red.contiguous and tun.rows_per_block == 0 and node.op in _ROW_REDUCE
+        row_kernel = red.contiguous and tun.rows_per_block == 0 and ops <= _ROW_REDUCE
         if broadcast and row_kernel:
             return self._row_reduction(red, tun, broadcast=self._broadcast_parts(g))
         split = tun.split_reduction
         if split is None:
-            split = rows < 132 and length >= 65536 and node.op in _SPLITTABLE
-        split = bool(split) and node.op in _SPLITTABLE and not broadcast
+            split = rows < 132 and length >= 65536 and ops <= _SPLITTABLE
+        split = bool(split) and ops <= _SPLITTABLE and not broadcast
         if split:
             return self._split_reduction(red, tun)
         if tun.rows_per_block == 0:
@@ -355,7 +399,7 @@ class _ReduceEmitter(_EmitterBase):
             return self._row_reduction(red, tun)
         if (
             broadcast and mode == "thread" and inner % 32 == 0 and length > _HELD_ROW
-            and tun.unroll <= 1 and node.op in _ROW_REDUCE | {"var", "std"}
+            and tun.unroll <= 1 and ops <= _ROW_REDUCE | {"var", "std"}
         ):
             # shorter rows stay a thread each: held in registers, as fast (H100, 64 channels)
             return self._column_broadcast(red)
@@ -377,8 +421,8 @@ class _ReduceEmitter(_EmitterBase):
         row_loop, k_loop, reduce_line, grid = _one_row_loops(mode, rows, length, block, index)
         if broadcast:  # every thread of the row has the result: rewrite the row
             per_row, row_result, per_element = self._broadcast_parts(g)
-            row_lines, row_value = finish(args, "acc", per_row, row_result)
-            env = {row_result: row_value}
+            env = {}
+            row_lines, _ = finish(args, "acc", per_row, row_result, env)
             element = self.exprs(per_element, in_shape, "i", env, args)
             tail = [
                 *row_lines, unroll, f"{k_loop} {{", f"  const {index} i = {in_idx};",
@@ -434,8 +478,8 @@ class _ReduceEmitter(_EmitterBase):
         args = _Args(ir)
         pre, value = load_value(args, {})
         per_row, row_result, per_element = self._broadcast_parts(g)
-        row_lines, row_value = finish(args, "acc", per_row, row_result)
-        env = {row_result: row_value}
+        env: dict[str, str] = {}
+        row_lines, _ = finish(args, "acc", per_row, row_result, env)
         element = self.exprs(per_element, ir.shapes[node.args["input"]], "i", env, args)
         otype = _CTYPE.get(out.dtype, "float")
         position = [f"const {index} k = w + ({index})c * {warps};", *guard,
@@ -594,7 +638,7 @@ class _ReduceEmitter(_EmitterBase):
             f"    {acc} acc = {acc}::init();",
             f"    if (r < {rows}) {{",
             f"      for ({index} k0 = kb; k0 < ke; k0 += {batch}) {{",
-            f"        float x[{batch}];",
+            f"        {red.vtype} x[{batch}];",
             "        #pragma unroll",
             f"        for (int u = 0; u < {batch}; ++u) {{",
             f"          const {index} k = k0 + u;",
@@ -694,9 +738,9 @@ class _ReduceEmitter(_EmitterBase):
         tail_vec: list[Ref] = []
         if broadcast is not None:
             per_row, row_result, per_element = broadcast
-            row_lines, row_value = finish(_Args(ir, refs=args.refs), "acc", per_row, row_result)
+            env: dict[str, str] = {}
+            row_lines, _ = finish(_Args(ir, refs=args.refs), "acc", per_row, row_result, env)
             targs = _Args(ir, refs=args.refs, vector=vec, row=row)
-            env = {row_result: row_value}
             element = self.exprs(per_element, in_shape, "i", env, targs)
             tail_vec = targs.vec_refs
             at = [f"const {index} i = r * {length} + k;", *element]
@@ -762,7 +806,7 @@ class _ReduceEmitter(_EmitterBase):
             ]
         else:
             load = [
-                f"float x[{batch}];",
+                f"{red.vtype} x[{batch}];",
                 "#pragma unroll",
                 f"for (int j = 0; j < {batch}; ++j) {{",
                 f"  {unit}",

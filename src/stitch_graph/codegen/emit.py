@@ -53,7 +53,7 @@ from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
 from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
-from stitch_graph.codegen.schedule import groups_from_plan, node_kind
+from stitch_graph.codegen.schedule import _read_inside, groups_from_plan, node_kind
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
 __all__ = ["EmitError", "emit_candidate"]
@@ -235,13 +235,18 @@ def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]
 
 
 def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
-    """Un-fuse an anchored group: prologue and epilogue become pointwise kernels of their own."""
+    """Un-fuse an anchored group: prologue and epilogue become pointwise kernels of their own,
+    and sibling reductions reductions of their own."""
     if g.anchor is None:
         return [g]
     parts: list[Group] = []
-    if g.prologue:
-        parts.append(Group(f"{g.id}p", "pointwise", None, [], list(g.prologue), g.prologue[-1]))
-    parts.append(Group(g.id, g.kind, g.anchor, [], [], g.anchor))
+    for n, anchor in enumerate(g.anchors):
+        part = f"{g.id}s{n}" if n else g.id
+        read = _read_inside(ir, [anchor], set(g.prologue))
+        chain = [m for m in g.prologue if m in read]
+        if chain:
+            parts.append(Group(f"{part}p", "pointwise", None, [], chain, chain[-1]))
+        parts.append(Group(part, g.kind, anchor, [], [], anchor))
     if g.epilogue:
         parts.append(Group(f"{g.id}e", "pointwise", None, [], list(g.epilogue), g.output))
     return parts

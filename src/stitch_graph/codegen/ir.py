@@ -180,6 +180,8 @@ class Group:
         prologue: Pointwise nodes computed while loading the anchor's input.
         epilogue: Pointwise nodes applied to the anchor's result (all members for pointwise).
         output: The one node whose value the group writes to memory.
+        siblings: Further reductions of the same rows, reduced in the anchor's pass (a mean
+            beside a logsumexp, two distances from one anchor): the rows are read once.
     """
 
     id: str
@@ -188,11 +190,17 @@ class Group:
     prologue: list[str]
     epilogue: list[str]
     output: str
+    siblings: list[str] = field(default_factory=list)
+
+    @property
+    def anchors(self) -> list[str]:
+        """The anchor and its siblings (empty for pointwise)."""
+        return [self.anchor, *self.siblings] if self.anchor else []
 
     @property
     def members(self) -> list[str]:
         """All node names in evaluation order."""
-        return [*self.prologue, *([self.anchor] if self.anchor else []), *self.epilogue]
+        return [*self.prologue, *self.anchors, *self.epilogue]
 
 
 def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[bool, int, int] | None:

@@ -1,0 +1,131 @@
+"""Sibling reductions: several reductions of the same rows taken in one pass over them.
+
+A smooth-max pooling's logsumexp beside the row's mean, TripletMarginLoss's two distances from
+one anchor, a standardisation's mean beside its std: each pair read its rows in two kernels.
+The scheduler now joins reductions of the same dims of inputs of one shape where a pointwise
+node combines them, and the kernel carries their accumulators together (``SgPair``,
+``SgTriple``). Checked on the CPU with CUDA's block semantics (``cooperative=True``);
+``generate_checked`` compiles every program with nvcc where installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stitch_graph.codegen import capture_program, groups_from_plan, plan_program, schedule
+from stitch_graph.codegen.tuning import KernelTuning, Tuning
+from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, {names}):
+        return {body}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(autouse=True)
+def few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrite rows in place at the row counts a CPU check can afford (the GPU wants 512)."""
+    monkeypatch.setattr(schedule, "_BROADCAST_BACK_ROWS", 1)
+
+
+def _source(body: str, shape: tuple[int, ...], count: int = 1) -> str:
+    names = ["x", "p", "n"][:count]
+    inputs = ", ".join(f"torch.rand({', '.join(map(str, shape))})" for _ in names)
+    return _PROBLEM.format(names=", ".join(names), body=body, inputs=inputs)
+
+
+SMOOTH_MAX = "torch.logsumexp(x / 0.7, dim=-1) - x.mean(dim=-1)"
+
+CASES: dict[str, tuple[str, tuple[int, ...], int, str]] = {
+    "lse_beside_mean": (SMOOTH_MAX, (4, 8, 256), 1, "SgPair<SgLse, SgSum>"),
+    "range_and_total": (
+        "x.amax(-1) - x.amin(-1) + 0.5 * x.sum(-1)", (6, 100), 1, "SgTriple<SgMax, SgMin, SgSum>"
+    ),
+    "two_distances": ("F.triplet_margin_loss(x, p, n, margin=0.2)", (16, 96), 3,
+                      "SgPair<SgSum, SgSum>"),
+    "standardise": ("(x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)", (8, 130), 1,
+                    "SgPair<SgSum, SgWelford>"),
+    # strided rows (channels of NCHW): outputs side by side, a thread or a tile of them each
+    "channels": ("x.mean(1) * x.amax(1)", (2, 40, 8, 8), 1, "SgPair<SgSum, SgMax>"),
+    "channels_tiled": ("x.mean(1) * x.amax(1)", (2, 256, 4, 4), 1, "SgPair<SgSum, SgMax>"),
+    # few long rows: two stages, the workspace holding both accumulators
+    "split_rows": ("x.sum(-1) + x.amax(-1)", (2, 65536), 1, "SgPair<SgSum, SgMax>"),
+    "split_statistics": ("x.std(-1) / x.mean(-1)", (3, 65536), 1, "SgPair<SgWelford, SgSum>"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_siblings_read_the_rows_once_and_match_pytorch(name: str, tmp_path: Path) -> None:
+    body, shape, count, accumulator = CASES[name]
+    task, program = generate_checked(_source(body, shape, count))
+    assert accumulator in program.kernel_source
+    if name.startswith("split"):
+        assert "stage 1 of a split reduction" in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    reads = [k for k in kernels.launched if "_part" not in k]
+    # one kernel reduces the rows; a loss's batch mean is a second reduction of its own
+    assert len(reads) == (2 if name == "two_distances" else 1), kernels.launched
+
+
+def test_the_plan_names_the_siblings_and_rebuilds_them() -> None:
+    ir = capture_program(load_task(_source(SMOOTH_MAX, (4, 8, 256))))
+    plan = plan_program(ir)
+    (item,) = [i for i in plan.items if i.kind == "reduction"]
+    assert "siblings in the same pass mean" in item.fusion
+    (group,) = [g for g in groups_from_plan(ir, plan) if g.kind == "reduction"]
+    assert group.anchors == ["logsumexp", "mean"]
+    assert group.prologue == ["truediv"]
+    assert group.members == item.ops
+
+
+@pytest.mark.parametrize("tuning", [
+    Tuning(default=KernelTuning(fuse=False)),  # the tuner's unfused variant: a kernel each
+    Tuning(default=KernelTuning(rows_per_block=1, vector_width=1)),  # a block a row, scalar
+    Tuning(default=KernelTuning(split_reduction=True)),
+])
+def test_tuned_variants_stay_correct(tuning: Tuning, tmp_path: Path) -> None:
+    task, program = generate_checked(_source(SMOOTH_MAX, (4, 8, 256)), tuning)
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    if not tuning.default.fuse:
+        assert "SgPair" not in program.kernel_source.split("sg_warp_reduce")[-1]
+        assert len(kernels.launched) >= 3  # prologue, two reductions, epilogue
+
+
+@pytest.mark.parametrize("body", [
+    "x.sum(-1) + x.sum(-2)",  # other dims
+    "x.sum(-1) + x[:, :, :4].sum(-1)",  # other rows
+    "x.argmax(-1) + x.amax(-1)",  # an index beside a value: not carried together
+])
+def test_reductions_of_other_rows_stay_apart(body: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_source(body, (3, 8, 8)))
+    kernels = program.kernel_source.split("sg_warp_reduce")[-1]
+    assert "SgPair" not in kernels and "SgTriple" not in kernels
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def _groups(body: str, shape: tuple[int, ...]) -> list[Any]:
+    ir = capture_program(load_task(_source(body, shape)))
+    return [g for g in schedule.schedule_program(ir) if g.kind == "reduction"]
+
+
+def test_at_most_three_accumulators_ride_together() -> None:
+    groups = _groups("x.sum(-1) + x.amax(-1) + x.amin(-1) + x.mean(-1)", (4, 32))
+    assert sorted(len(g.anchors) for g in groups) == [1, 3]
