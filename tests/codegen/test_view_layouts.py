@@ -105,3 +105,26 @@ def test_a_view_that_strides_allow_takes_no_copy(tmp_path: Path) -> None:
     assert not {"view_input", "view_1_input", "reshape_input"} & set(copies), copies
     assert "reshape_1_input" in copies  # y.transpose(1, 2).reshape(...) must copy
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(("call", "shape", "batch"), [
+    ("self.layer(x.transpose(1, 2))", "3, 24, 10", 3),  # token mixing: three batched products
+    ("self.layer(x.t())", "24, 10", 1),  # one column-major matrix
+    ("self.layer(x.permute(1, 0, 3, 2))", "5, 3, 24, 10", None),  # no one batch
+])
+def test_a_linear_reads_a_transposed_input_as_it_lies(
+    call: str, shape: str, batch: int | None, tmp_path: Path
+) -> None:
+    """cuBLAS takes a column-major matrix, and a batch of them one stride apart, as they lie:
+    a linear over the tokens of (B, T, C) is a batched GEMM of the transposed view, not a copy
+    and then a GEMM. A view whose batches are not one stride apart still gets its copy."""
+    width = shape.split(", ")[-2]
+    source = _PROBLEM.format(layer=f"nn.Linear({width}, 7)", call=call, shape=shape)
+    task, program = generate_checked(source)
+    copies = "linear_input" in program.host_source
+    assert copies == (batch is None)
+    if batch is not None:
+        assert f", {batch})" in next(
+            line for line in program.host_source.splitlines() if line.lstrip().startswith("_sgemm(")
+        )
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -53,7 +53,9 @@ def _insert_copies(ir: ProgramIR) -> None:
         for key in keys:
             src = node.args.get(key)
             needs = isinstance(src, Ref) and src.kind == "node" and not ir.is_contiguous(src)
-            if needs and info.kind == "gemm" and node.op != "linear":
+            if needs and info.kind == "gemm" and (node.op != "linear" or key == "input"):
+                # cuBLAS reads a transposed or strided matrix as it is (a linear over the
+                # tokens of (B, T, C) transposed: one batched GEMM, no copy first)
                 needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
             if needs and node.op in _RESHAPES:
                 needs = not _views_in_place(ir, src, node.shape)

@@ -26,10 +26,16 @@ class _GemmEmitter(_EmitterBase):
             w_ref: Ref = node.args["weight"]
             k = ir.shapes[w_ref][1]
             n = ir.shapes[w_ref][0]
-            m = numel(ir.shapes[a_ref]) // k
+            a_shape = ir.shapes[a_ref]
             a_layout, b_layout = (False, k, 0), (True, k, 0)
             b_ref, batch = w_ref, 1
-            m_rows = m
+            m_rows = numel(a_shape) // k
+            if not ir.is_contiguous(a_ref):  # a transposed view: its matrices batched as they lie
+                layout = matrix_layout(a_shape, ir.strides[a_ref])
+                if layout is None:
+                    msg = f"{node.name}: input layout not expressible as strided-batched GEMM"
+                    raise EmitError(msg)
+                a_layout, m_rows, batch = layout, a_shape[-2], numel(a_shape[:-2])
         else:
             a_ref = node.args["mat1" if node.op == "addmm" else "input"]
             b_ref = node.args["mat2" if node.op == "addmm" else "other"]
