@@ -50,6 +50,7 @@ def _import_without_graph_stack() -> None:
 _import_without_graph_stack()
 
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program  # noqa: E402
+from stitch_graph.execution._common import load_module_state, module_state  # noqa: E402
 from stitch_graph.runtime.kernels import KernelLibrary  # noqa: E402
 from stitch_graph.task import load_task  # noqa: E402
 
@@ -144,7 +145,7 @@ def check(path: Path, compile_left: float, methods: bool = False, tol: float = 1
     host: dict = {"KERNELS": library, "__name__": "candidate"}
     exec(compile(cand.host_source, "<host>", "exec"), host)
     new = host["ModelNew"](*init).cuda()
-    new.load_state_dict(ref.state_dict())
+    load_module_state(new, module_state(ref))
     new.train(ref.training)
     worst = 0.0
     ok = True

@@ -43,6 +43,7 @@ def check(path: Path, batch: int) -> dict[str, Any]:
 
     sys.path.insert(0, str(ROOT))
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.execution._common import load_module_state, module_state
     from stitch_graph.task import load_task
     from tests.codegen.cpu_emulation import load_on_cpu
 
@@ -58,7 +59,7 @@ def check(path: Path, batch: int) -> dict[str, Any]:
             for param in reference.parameters():  # no zero bias can hide a wrong epilogue
                 param.add_(0.01 * torch.randn_like(param))
         model = host["ModelNew"](*ns["get_init_inputs"]())
-        model.load_state_dict(reference.state_dict())
+        load_module_state(model, module_state(reference))
         torch.manual_seed(1)
         inputs = ns["get_inputs"]()
 

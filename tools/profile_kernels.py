@@ -20,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from stitch_graph.codegen import Tuning, capture_program, emit_candidate, plan_program
+from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.execution.forms import load_model_class
 from stitch_graph.task import load_task
 
@@ -61,7 +62,7 @@ def main(paths: list[str]) -> None:
         model = load_model_class(program, tempfile.mkdtemp(), None)(
             *namespace["get_init_inputs"]()
         ).cuda()
-        model.load_state_dict(reference.state_dict(), strict=False)
+        load_module_state(model, module_state(reference))
         inputs = [t.cuda() if torch.is_tensor(t) else t for t in namespace["get_inputs"]()]
         print(f"# {task.name}")
         table(lambda: reference(*inputs), "eager")  # noqa: B023 - called at once

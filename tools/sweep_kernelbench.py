@@ -117,7 +117,7 @@ def _build(
     The reference draws its weights on the GPU (``build_on``): the candidate is judged against
     it holding the same weights, and a CPU draw takes about a second a gigabyte (KernelBench L2
     55's 4.3 GB linear weight took seconds a build)."""
-    from stitch_graph.execution._common import build_on
+    from stitch_graph.execution._common import build_on, load_module_state, module_state
     from stitch_graph.runtime.kernels import KernelLibrary
 
     init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
@@ -127,7 +127,7 @@ def _build(
     host: dict[str, Any] = {"KERNELS": KernelLibrary(candidate.kernel_source), "__name__": "ours"}
     exec(compile(candidate.host_source, "<generated host>", "exec"), host)  # noqa: S102
     ours = build_on(host["ModelNew"], init, "cuda")  # its weights are the reference's
-    ours.load_state_dict(reference.state_dict())
+    load_module_state(ours, module_state(reference))
     ours.train(reference.training)
     return reference, ours
 

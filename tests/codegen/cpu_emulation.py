@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from stitch_graph.codegen._cuda import ACTIVATIONS, PRELUDE
+from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.runtime.kernels import KernelLibrary
 
 _SHIM = r"""
@@ -370,7 +371,7 @@ def check_on_cpu(
             if name in state and buf.is_floating_point():
                 buf.add_(0.1 * torch.rand_like(buf))
     model = host["ModelNew"](*ns["get_init_inputs"]())
-    model.load_state_dict(reference.state_dict())
+    load_module_state(model, module_state(reference))
     torch.manual_seed(1)
     inputs = ns["get_inputs"]()
     with torch.no_grad():

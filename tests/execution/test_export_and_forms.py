@@ -132,3 +132,52 @@ def test_exported_generated_program_starts_from_reference_weights_and_carries_cu
     assert runtime.KernelLibrary._cudnn(types.SimpleNamespace()) == "cudnn"
     assert made == [runtime._loaded_library]
     sys.modules.pop("_stitch_export_runtime", None)
+
+
+_TABLE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(300, 300))
+        self.register_buffer("table", torch.randn(300, 300), persistent=False)
+
+    def forward(self, x):
+        return x * self.scale + self.table
+
+
+def get_inputs():
+    return [torch.randn(2, 300, 300)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_exported_program_takes_non_persistent_buffers_from_the_reference(monkeypatch):
+    """A buffer built in ``__init__`` but left out of ``state_dict`` (90,000 elements: too
+    large to bake) still reaches the exported ``ModelNew``."""
+    import torch
+
+    from stitch_graph.codegen import capture_program, emit_candidate, plan_program
+    from stitch_graph.task import load_task
+
+    task = load_task(_TABLE)
+    ir = capture_program(task)
+    text = export_kernelbench(emit_candidate(ir, plan_program(ir)), task)
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.delitem(sys.modules, "_stitch_export_runtime", raising=False)
+    namespace: dict = {}
+    exec(compile(text, "model_new.py", "exec"), namespace)
+    reference_ns: dict = {}
+    exec(compile(task.source, "problem.py", "exec"), reference_ns)
+    torch.manual_seed(5)
+    reference = reference_ns["Model"]()
+    torch.manual_seed(5)
+    new = namespace["ModelNew"]()
+    assert torch.equal(new.table, reference.table) and torch.equal(new.scale, reference.scale)
+    sys.modules.pop("_stitch_export_runtime", None)

@@ -76,6 +76,8 @@ def _subst(value: Any, env: dict[str, Any]) -> Any:
         return type(value)(_subst(v, env) for v in value)
     if isinstance(value, dict):
         return {k: _subst(v, env) for k, v in value.items()}
+    if isinstance(value, slice):  # x[:, :t] with t read from a size: its value
+        return slice(*(_subst(v, env) for v in (value.start, value.stop, value.step)))
     if isinstance(value, torch.dtype | torch.device | torch.memory_format):
         return value
     return value

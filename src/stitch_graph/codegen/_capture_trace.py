@@ -72,6 +72,10 @@ class _ThroughTracer(torch.fx.Tracer):
     LSTM/GRU layers given their initial state, which become one node with flat outputs
     ``(output, h_n[, c_n])`` (as ``torch.export`` gives them, without unrolling every step)."""
 
+    # a buffer read in forward stays the buffer (its values come with the weights); folded
+    # into a constant, ``~self.causal`` of 512 x 512 was too large to bake and ran as zeros
+    proxy_buffer_attributes = True
+
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         return isinstance(m, _LEAF_MODULES)
 

@@ -20,7 +20,9 @@ __all__ = [
     "device_name",
     "draw_inputs",
     "init_inputs",
+    "load_module_state",
     "load_problem",
+    "module_state",
     "refill",
     "save",
     "seed_forward",
@@ -192,3 +194,29 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
         "reason": f"{kind}: {name}: {first}"[:1000],
         "traceback": tb[-6000:],
     }
+
+
+def module_state(model: Any) -> dict[str, Any]:
+    """The model's parameters and buffers by name, non-persistent buffers included: a causal
+    mask or a position table built in ``__init__`` is read by the program like a weight, and
+    ``state_dict`` leaves it out."""
+    state = dict(model.state_dict())
+    for name, buffer in model.named_buffers():
+        state.setdefault(name, buffer)
+    return state
+
+
+def load_module_state(model: Any, state: dict[str, Any]) -> list[str]:
+    """Copy ``state``'s tensors into ``model``'s parameters and buffers (non-persistent ones
+    too) where names and shapes match; the names copied."""
+    import torch
+
+    own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    loaded: list[str] = []
+    with torch.no_grad():
+        for name, tensor in own.items():
+            value = state.get(name)
+            if torch.is_tensor(value) and tuple(value.shape) == tuple(tensor.shape):
+                tensor.copy_(value)
+                loaded.append(name)
+    return loaded

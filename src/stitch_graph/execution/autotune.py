@@ -46,7 +46,7 @@ from stitch_graph.codegen import (
 )
 from stitch_graph.codegen.schedule import convolves_depthwise, reduces_strided
 from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
-from stitch_graph.execution._common import build_on
+from stitch_graph.execution._common import build_on, load_module_state, module_state
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
 
@@ -513,7 +513,7 @@ class GpuTimer:
         }
         exec(compile(candidate.host_source, "<tuning variant>", "exec"), host)  # noqa: S102
         model = build_on(host["ModelNew"], self._init, "cuda")  # its weights come next
-        model.load_state_dict(self._reference.state_dict())
+        load_module_state(model, module_state(self._reference))
         model.train(self._reference.training)
         return model
 

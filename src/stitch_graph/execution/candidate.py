@@ -35,6 +35,7 @@ from stitch_graph.execution._common import (
     describe_exception,
     device_name,
     init_inputs,
+    load_module_state,
     load_problem,
     refill,
     save,
@@ -72,17 +73,12 @@ CANDIDATE_OUTPUTS = "candidate_outputs.pt"
 
 
 def _load_matching_state(model: Any, state_path: str) -> dict[str, Any]:
-    """Copy the reference's parameters into ``model`` where names and shapes match."""
+    """Copy the reference's parameters and buffers into ``model`` where names and shapes match."""
     import torch
 
     reference = torch.load(state_path, map_location="cpu", weights_only=True)
-    own = model.state_dict()
-    matching = {
-        k: v for k, v in reference.items() if k in own and tuple(own[k].shape) == tuple(v.shape)
-    }
-    if matching:
-        model.load_state_dict(matching, strict=False)
-    return {"loaded": len(matching), "skipped": sorted(set(reference) - set(matching))[:20]}
+    loaded = load_module_state(model, reference)
+    return {"loaded": len(loaded), "skipped": sorted(set(reference) - set(loaded))[:20]}
 
 
 def _poison(specs: list[dict[str, Any]], byte: int) -> None:

@@ -7,7 +7,8 @@ source, the host module and a copy of the small runtime (``runtime/split.py``, `
 with ``nvcc -shared`` into a cache folder (form ``nvcc_shared``), and execs the host module with
 ``KERNELS``/``LIB`` injected, exactly as the worker does. KernelBench builds ``Model`` and
 ``ModelNew`` after the same seed and expects equal initial weights, so the exported ``ModelNew``
-copies them from a reference built with the same RNG draws (its forward never touches it).
+copies them from a reference built with the same RNG draws (its forward never touches it),
+non-persistent buffers included.
 Building lazily lets the file be imported (and inspected) where no GPU is present.
 """
 
@@ -131,11 +132,15 @@ class ModelNew(_host.ModelNew):
             exec(compile(REFERENCE_SOURCE, "<reference>", "exec"), namespace)
             reference = namespace["Model"](*init_args)
         super().__init__(*init_args)
-        if reference is not None:
-            own = self.state_dict()
-            start = {{k: v for k, v in reference.state_dict().items()
-                     if k in own and own[k].shape == v.shape}}
-            self.load_state_dict(start, strict=False)
+        if reference is None:
+            return
+        # parameters and buffers, non-persistent ones too (a mask built in __init__)
+        start = {{**dict(reference.named_parameters()), **dict(reference.named_buffers())}}
+        own = {{**dict(self.named_parameters()), **dict(self.named_buffers())}}
+        with torch.no_grad():
+            for name, tensor in own.items():
+                if name in start and start[name].shape == tensor.shape:
+                    tensor.copy_(start[name])
 '''
 
 

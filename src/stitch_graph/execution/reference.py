@@ -46,6 +46,7 @@ from stitch_graph.execution._common import (
     draw_inputs,
     init_inputs,
     load_problem,
+    module_state,
     refill,
     save,
     seed_forward,
@@ -137,7 +138,7 @@ def run_reference_job(payload: dict[str, Any], scratch: Path) -> dict[str, Any]:
     if payload.get("compile_only"):  # a deferred torch.compile baseline: nothing to save
         draws = [draw_inputs(problem, seed + 1 + t) for t in range(trials)]
         return {"device": device_name(device), **_time_reference(model.to(device), draws, payload)}
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().clone() for k, v in module_state(model).items()}
     model = model.to(device)
     draws = [draw_inputs(problem, seed + 1 + t) for t in range(trials)]
     from stitch_graph.execution.compare import flatten_outputs
