@@ -8,7 +8,7 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
 ``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``cdist``, ``rrelu`` and the other dropouts
-outside training; casts with ``.to(dtype)``; ``nansum``, ``dist``, ``matrix_norm``, ``atleast_nd`` and factories too large to
+outside training; casts with ``.to(dtype)``; sums of masks and of int64 tensors; ``nansum``, ``dist``, ``matrix_norm``, ``atleast_nd`` and factories too large to
 bake (``zeros``, ``ones``, ``full``, ``new_zeros``, ...) and ``empty`` filled with ``fill_``. Each
 must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
@@ -119,6 +119,8 @@ EXPRS = [
     "torch.logsumexp(y, dim=(1, 3)) + y.amin(dim=(1, 3))",
     # casts of masks and indices for arithmetic: .to(dtype), .type_as, .long()
     "(y > 0).to(y.dtype) * y + (y < 0).type_as(y) + (y.clamp(-3, 3) * 2).to(torch.int64)",
+    # counts and integer sums, exact in int64 (a loss's count of targets not ignored)
+    "y.sum() / (x > 0).sum() + (y > 0).sum(dim=1).float().unsqueeze(1) - (y * 3).long().sum(-1, keepdim=True)",  # noqa: E501
 ]
 
 

@@ -77,6 +77,17 @@ struct SgSum {
   }
 };
 
+// A count or an integer sum (of bool or int64 values), exact as PyTorch's int64 sum.
+struct SgSumI {
+  long long s;
+  static __device__ __forceinline__ SgSumI init() { SgSumI a; a.s = 0; return a; }
+  __device__ __forceinline__ void update(long long v, long long) { s += v; }
+  __device__ __forceinline__ void combine(const SgSumI& o) { s += o.s; }
+  __device__ __forceinline__ SgSumI shfl(int o) const {
+    SgSumI r; r.s = __shfl_xor_sync(SG_FULL, s, o); return r;
+  }
+};
+
 struct SgProd {
   float p;
   static __device__ __forceinline__ SgProd init() { SgProd a; a.p = 1.f; return a; }

@@ -318,6 +318,8 @@ class _ReduceEmitter(_EmitterBase):
             msg = f"{g.id}: sibling reductions must reduce the same dims of inputs of one shape"
             raise EmitError(msg)
         acc, vtype, fields = _accumulator([a.op for a in anchors])
+        if len(anchors) == 1 and node.dtype == "int64" and node.op == "sum":
+            acc, vtype = "SgSumI", "long long"  # a count: exact in int64
         out = ir.node(g.output)
         anchor_shape = node.shape
 

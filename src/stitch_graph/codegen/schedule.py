@@ -143,7 +143,9 @@ _GATHERED_REDUCE = frozenset(
 
 def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     src = node.args.get("input")
-    if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32":
+    # a count of a mask, an integer sum: int64 accumulators (``SgSumI``)
+    counts = node.op == "sum" and node.dtype == "int64" and ir.dtypes.get(src) in ("bool", "int64")
+    if not isinstance(src, Ref) or (ir.dtypes.get(src) != "float32" and not counts):
         return "needs a float32 tensor input"
     shape = ir.shapes[src]
     if node.op in ("softmax", "log_softmax"):
