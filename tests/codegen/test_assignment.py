@@ -39,6 +39,8 @@ BODIES = {
     "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",
     "chained_assignments": "z = x.clone()\nz[0] = 1.0\nz[:, 1] = z[:, 2]\nw = z.sum(1)\nreturn w",
     "in_place_op_on_a_view": "z = x + 1\nz[:, 0].mul_(2)\nv = z[..., 2:4]\nv.clamp_(min=0.5)\nreturn z + v.sum()",  # noqa: E501
+    # a top-p filter keeps the first token: True into a mask, and an int into an index tensor
+    "into_a_mask_and_an_index": "m = x > 0\nm[..., :1] = True\nn = (y * 3).long()\nn[:, 1:3] = 7\nreturn m.float() + n",  # noqa: E501
 }
 
 

@@ -6,7 +6,8 @@ Basic indexing (ints, slices with steps, ``...``) becomes one ``setitem`` node, 
 pointwise op that reads the value where the output coordinate is in the region and ``y``
 elsewhere; a boolean mask of ``y``'s shape with a scalar becomes a ``where``. The capture then
 treats the assignment as an in-place write of ``y`` (``_capture_aliases``): later reads of ``y``
-see the new tensor. Advanced indices, ``None`` and assignment into parameters stay refused.
+see the new tensor. Float32, int64 and bool tensors take values of their own kind. Advanced
+indices, ``None`` and assignment into parameters stay refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import torch.fx
 
 from stitch_graph.codegen._capture_base import _subst
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
+
+# the tensors assigned into, and the Python values each takes (a mask's ``m[:, :1] = True``)
+_VALUES: dict[str, tuple[type, ...]] = {"float32": (int, float), "int64": (int,), "bool": (bool,)}
 
 
 def _bound(value: Any, env: dict[str, Any]) -> Any:
@@ -84,12 +88,14 @@ def lower_setitem(
     """``base`` with ``base[index] = value`` applied, as a new node ``name`` appended to
     ``ir``; ``None`` when the assignment is outside what this reproduces. ``base`` and
     ``value`` are lowered values (``Ref`` or a number), ``index`` the traced index."""
-    if not isinstance(base, Ref) or base.kind == "param" or ir.dtypes.get(base) != "float32":
+    dtype = ir.dtypes.get(base) if isinstance(base, Ref) else None
+    if not isinstance(base, Ref) or base.kind == "param" or dtype not in _VALUES:
         return None
     shape = tuple(ir.shapes[base])
-    if isinstance(value, bool) or not isinstance(value, int | float | Ref):
-        return None
-    if isinstance(value, Ref) and ir.dtypes.get(value) != "float32":
+    if isinstance(value, Ref):
+        if ir.dtypes.get(value) != dtype:
+            return None
+    elif not isinstance(value, _VALUES[dtype]) or (dtype != "bool" and isinstance(value, bool)):
         return None
     mask = _subst(index, env)
     if isinstance(mask, Ref):
@@ -99,7 +105,7 @@ def lower_setitem(
             return None  # y[m] = v takes v's elements in mask order
         node = OpNode(
             name, "where", {"condition": mask, "input": value, "other": base}, shape,
-            "float32", "torch.where", [mask, value, base], {},
+            dtype, "torch.where", [mask, value, base], {},
         )
         return _append(ir, ours, node)
     dims = region(index, shape, env)
@@ -118,7 +124,7 @@ def lower_setitem(
     )
     node = OpNode(
         name, "setitem", {"input": base, "index": dims, "value": value}, shape,
-        "float32", "setitem", [base, call_index, value], {},
+        dtype, "setitem", [base, call_index, value], {},
     )
     return _append(ir, ours, node)
 
@@ -139,10 +145,10 @@ def viewed_base(view: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
 def _append(ir: ProgramIR, ours: dict[Ref, Any], node: OpNode) -> Ref:
     ir.nodes.append(node)
     ref = Ref("node", node.name)
-    ours[ref] = torch.empty(node.shape, dtype=torch.float32, device="meta")
+    ours[ref] = torch.empty(node.shape, dtype=getattr(torch, node.dtype), device="meta")
     ir.shapes[ref] = tuple(node.shape)
     ir.strides[ref] = contiguous_strides(tuple(node.shape))
-    ir.dtypes[ref] = "float32"
+    ir.dtypes[ref] = node.dtype
     return ref
 
 

@@ -494,8 +494,10 @@ class _EmitterBase:
                 if n != 1
             ]
             new = f"{args.param(value)}[{' + '.join(terms) or '0'}]"
+        elif node.dtype == "int64":
+            new = f"{int(value)}LL"
         else:
-            new = _literal(float(value))
+            new = _literal(value if isinstance(value, bool) else float(value))
         old = self.value_of(base, at.space, at.idx, env, args)
         return f"(({' && '.join(inside) or 'true'}) ? {new} : {old})"
 
