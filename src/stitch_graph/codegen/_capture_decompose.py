@@ -179,34 +179,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         batch = ir.shapes[x][0] if ir.shapes[x] else 1
         return _reduce_loss(b, elem, a["reduction"], batch)
     if name in ("cross_entropy", "nll_loss"):
-        x, t = a["input"], a["target"]
-        smoothing = float(a.get("label_smoothing") or 0.0)
-        if a.get("weight") is not None:
-            return None
-        if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
-            return None
-        xs, ts = ir.shapes[x], ir.shapes[t]
-        if len(xs) < 2 or ts != (xs[0], *xs[2:]) or ir.dtypes[x] != "float32":
-            return None
-        index = b("unsqueeze", "unsqueeze", t, 1)
-        picked = b("squeeze", "squeeze", b("gather", torch.gather, x, 1, index), 1)
-        if name == "cross_entropy":
-            lse = b("logsumexp", torch.logsumexp, x, 1)
-            loss = b("sub", torch.sub, lse, picked)
-            if smoothing:  # the uniform target's part: -sum(log_softmax) = C * lse - sum(x)
-                classes = xs[1]
-                uniform = b("sub", torch.sub, b("mul", torch.mul, lse, float(classes)), b("sum", torch.sum, x, 1))  # noqa: E501
-                loss = b("add", torch.add, b("mul", torch.mul, loss, 1.0 - smoothing), b("mul", torch.mul, uniform, smoothing / classes))  # noqa: E501
-        elif smoothing:
-            return None
-        else:
-            loss = b("neg", torch.neg, picked)
-        valid = b("ne", torch.ne, t, int(a["ignore_index"]))
-        elem = b("where", torch.where, valid, loss, 0.0)
-        if a["reduction"] == "mean":
-            count = b("sum", torch.sum, b("float", "float", valid))
-            return b("div", torch.div, b("sum", torch.sum, elem), count)
-        return _reduce_loss(b, elem, a["reduction"])
+        return _class_loss(ir, b, a, name == "cross_entropy")
     if name == "glu":
         x, dim = a["input"], int(a["dim"])
         shape = ir.shapes[x]
@@ -272,6 +245,50 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
 def _flat_values(a: dict[str, Any]) -> list[Any]:
     """The bound arguments, sequences (an LSTM cell's ``(h, c)``) opened."""
     return [x for v in a.values() for x in (v if isinstance(v, list | tuple) else [v])]
+
+
+def _class_loss(ir: ProgramIR, b: _Builder, a: dict[str, Any], logits: bool) -> Ref | None:
+    """``cross_entropy`` (``logits``) or ``nll_loss`` of class scores along dim 1: the target's
+    score gathered, ``ignore_index`` masked, label smoothing as the uniform target's part and a
+    class ``weight`` as PyTorch applies them (the mean divides by the targets' weight sum)."""
+    x, t, weight = a["input"], a["target"], a.get("weight")
+    smoothing = float(a.get("label_smoothing") or 0.0)
+    if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
+        return None
+    xs, ts = ir.shapes[x], ir.shapes[t]
+    if len(xs) < 2 or ts != (xs[0], *xs[2:]) or ir.dtypes[x] != "float32":
+        return None
+    if weight is not None and (not isinstance(weight, Ref) or ir.shapes[weight] != (xs[1],)):
+        return None
+    if smoothing and not logits:
+        return None
+    index = b("unsqueeze", "unsqueeze", t, 1)
+    picked = b("squeeze", "squeeze", b("gather", torch.gather, x, 1, index), 1)
+    valid = b("ne", torch.ne, t, int(a["ignore_index"]))
+    scale: Any = None  # the target's class weight (ignored targets read class 0, masked)
+    if weight is not None:
+        scale = b("index", operator.getitem, weight, (b("where", torch.where, valid, t, 0),))
+    if logits:
+        lse = b("logsumexp", torch.logsumexp, x, 1)
+        loss = b("sub", torch.sub, lse, picked)
+    else:
+        loss = b("neg", torch.neg, picked)
+    if scale is not None:
+        loss = b("mul", torch.mul, loss, scale)
+    if smoothing:  # the uniform target's part: -sum_c w_c log_softmax_c
+        classes = xs[1]
+        if weight is None:
+            uniform = b("sub", torch.sub, b("mul", torch.mul, lse, float(classes)), b("sum", torch.sum, x, 1))  # noqa: E501
+        else:
+            spread = b("view", "view", weight, [1, classes, *([1] * (len(xs) - 2))])
+            weighted = b("sum", torch.sum, b("mul", torch.mul, x, spread), 1)
+            uniform = b("sub", torch.sub, b("mul", torch.mul, lse, b("sum", torch.sum, weight)), weighted)  # noqa: E501
+        loss = b("add", torch.add, b("mul", torch.mul, loss, 1.0 - smoothing), b("mul", torch.mul, uniform, smoothing / classes))  # noqa: E501
+    elem = b("where", torch.where, valid, loss, 0.0)
+    if a["reduction"] != "mean":
+        return _reduce_loss(b, elem, a["reduction"])
+    counted = b("float", "float", valid) if scale is None else b("where", torch.where, valid, scale, 0.0)  # noqa: E501
+    return b("div", torch.div, b("sum", torch.sum, elem), b("sum", torch.sum, counted))
 
 
 def _prelu(ir: ProgramIR, b: _Builder, x: Any, weight: Any) -> Ref | None:
