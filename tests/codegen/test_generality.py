@@ -159,6 +159,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "cross_entropy": (_problem("F.cross_entropy(x, t)", f"{R}(6, 10), torch.randint(0, 10, (6,))", params="x, t"), None),  # noqa: E501
     "cross_entropy_class_weights": (_problem("F.cross_entropy(x, t, weight=self.w, ignore_index=1, label_smoothing=0.2) + F.cross_entropy(y, u, weight=self.w, ignore_index=3)", f"{R}(6, 5), torch.randint(0, 5, (6,)), {R}(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4))", "self.register_buffer('w', torch.rand(5) + 0.2)", params="x, t, y, u"), None),  # noqa: E501
     "nll_loss_class_weights": (_problem("F.nll_loss(torch.log_softmax(x, 1), t, weight=self.w, reduction='none')", f"{R}(6, 5), torch.randint(0, 5, (6,))", "self.register_buffer('w', torch.rand(5) + 0.2)", params="x, t"), None),  # noqa: E501
+    "repeat_int_labels": (_problem("torch.where(t.view(1, -1).repeat(6, 1) == t.view(-1, 1).tile((1, 6)), x, 0.0).sum(1)", f"{R}(6, 6), torch.randint(0, 3, (6,))", params="x, t"), None),  # noqa: E501
     "nll_loss_sum": (_problem("F.nll_loss(torch.log_softmax(x, 1), t, reduction='sum')", f"{R}(6, 10), torch.randint(0, 10, (6,))", params="x, t"), None),  # noqa: E501
     "triplet_margin_module": (_problem("self.loss(a, p, n)", f"{R}(6, 10), {R}(6, 10), {R}(6, 10)", "self.loss = nn.TripletMarginLoss(margin=0.5)", params="a, p, n"), None),  # noqa: E501
     "cosine_similarity": (_problem("F.cosine_similarity(x, y, dim=1)", f"{R}(6, 10), {R}(6, 10)", params="x, y"), None),  # noqa: E501

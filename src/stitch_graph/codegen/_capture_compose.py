@@ -118,6 +118,9 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         ids = b.constant(torch.arange(classes))
         hit = b("eq", torch.eq, b("unsqueeze", torch.unsqueeze, x, -1), ids)
         return b("long", "long", hit)
+    if name in ("repeat", "tile") and isinstance(x, Ref):  # copies, of any dtype
+        reps = [int(r) for r in (a["sizes"] if name == "repeat" else a["dims"])]
+        return _repeat(ir, b, x, reps, tile=name == "tile")
     if not isinstance(x, Ref) or ir.dtypes[x] not in ("float32", "bool"):
         return None
     floating = ir.dtypes[x] == "float32"
@@ -230,9 +233,6 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         length = ir.shapes[x][dim]
         after = b("narrow", torch.narrow, x, dim, 1, length - 1)
         return b("sub", torch.sub, after, b("narrow", torch.narrow, x, dim, 0, length - 1))
-    if name in ("repeat", "tile"):
-        reps = [int(r) for r in (a["sizes"] if name == "repeat" else a["dims"])]
-        return _repeat(ir, b, x, reps, tile=name == "tile")
     if name == "repeat_interleave":
         reps, dim = a["repeats"], a["dim"]
         if not isinstance(reps, int) or dim is None or a["output_size"] is not None:
