@@ -94,6 +94,25 @@ def test_settings_from_context():
     assert RunSettings.from_context(settings) is settings
 
 
+def _built_as_kernelbench_builds(monkeypatch, task, candidate):  # noqa: ANN001, ANN202
+    """The exported file's namespace, then ``Model`` and ``ModelNew`` each built after the same
+    seed, in KernelBench's order; CuPy stubbed (nothing here launches)."""
+    import torch
+
+    text = export_kernelbench(candidate, task)
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.delitem(sys.modules, "_stitch_export_runtime", raising=False)
+    namespace: dict = {}
+    exec(compile(text, "model_new.py", "exec"), namespace)
+    reference_ns: dict = {}
+    exec(compile(task.source, "problem.py", "exec"), reference_ns)
+    init = reference_ns["get_init_inputs"]()
+    torch.manual_seed(3)
+    reference = reference_ns["Model"](*init)
+    torch.manual_seed(3)
+    return namespace, reference, namespace["ModelNew"](*init)
+
+
 def test_exported_generated_program_starts_from_reference_weights_and_carries_cudnn(monkeypatch):
     """KernelBench builds ModelNew after the same seed as Model and expects the same initial
     weights. A generated convolution calls ``KERNELS.conv``: the export embeds the cuDNN runtime,
@@ -105,20 +124,9 @@ def test_exported_generated_program_starts_from_reference_weights_and_carries_cu
     ir = capture_program(task)
     candidate = emit_candidate(ir, plan_program(ir))
     assert "KERNELS.conv(" in candidate.host_source
-    text = export_kernelbench(candidate, task)
-    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    monkeypatch.delitem(sys.modules, "_stitch_export_runtime", raising=False)
-    namespace: dict = {}
-    exec(compile(text, "model_new.py", "exec"), namespace)
     import torch
 
-    reference_ns: dict = {}
-    exec(compile(task.source, "problem.py", "exec"), reference_ns)
-    init = reference_ns["get_init_inputs"]()
-    torch.manual_seed(3)  # KernelBench's order: Model, then ModelNew, each after the same seed
-    reference = reference_ns["Model"](*init)
-    torch.manual_seed(3)
-    new = namespace["ModelNew"](*init)
+    namespace, reference, new = _built_as_kernelbench_builds(monkeypatch, task, candidate)
     expected = reference.state_dict()
     assert set(new.state_dict()) == set(expected)
     for name, value in new.state_dict().items():
@@ -168,16 +176,8 @@ def test_exported_program_takes_non_persistent_buffers_from_the_reference(monkey
 
     task = load_task(_TABLE)
     ir = capture_program(task)
-    text = export_kernelbench(emit_candidate(ir, plan_program(ir)), task)
-    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    monkeypatch.delitem(sys.modules, "_stitch_export_runtime", raising=False)
-    namespace: dict = {}
-    exec(compile(text, "model_new.py", "exec"), namespace)
-    reference_ns: dict = {}
-    exec(compile(task.source, "problem.py", "exec"), reference_ns)
-    torch.manual_seed(5)
-    reference = reference_ns["Model"]()
-    torch.manual_seed(5)
-    new = namespace["ModelNew"]()
+    _, reference, new = _built_as_kernelbench_builds(
+        monkeypatch, task, emit_candidate(ir, plan_program(ir))
+    )
     assert torch.equal(new.table, reference.table) and torch.equal(new.scale, reference.scale)
     sys.modules.pop("_stitch_export_runtime", None)
