@@ -236,7 +236,7 @@ def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]
 
 def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     """Un-fuse an anchored group: prologue and epilogue become pointwise kernels of their own,
-    and sibling reductions reductions of their own."""
+    and each sibling reduction a kernel of its own (with its own prologue)."""
     if g.anchor is None:
         return [g]
     parts: list[Group] = []
