@@ -121,6 +121,7 @@ EXPRS = [
     "(y > 0).to(y.dtype) * y + (y < 0).type_as(y) + (y.clamp(-3, 3) * 2).to(torch.int64)",
     # counts and integer sums, exact in int64 (a loss's count of targets not ignored)
     "y.sum() / (x > 0).sum() + (y > 0).sum(dim=1).float().unsqueeze(1) - (y * 3).long().sum(-1, keepdim=True)",  # noqa: E501
+    "(y * 2).to(torch.bool).float() + (y.clamp(-1, 1) * 0).bool().float() + torch.count_nonzero(y > 0.5, dim=2).unsqueeze(2)",  # noqa: E501
 ]
 
 

@@ -139,12 +139,11 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return b("softmax", torch.softmax, b("neg", torch.neg, x), int(a["dim"]))
     if name in ("any", "all", "count_nonzero"):
         nonzero = b("ne", torch.ne, x, 0) if floating else x
+        if name == "count_nonzero":  # an int64 count, exact at any size
+            if a["dim"] is None:
+                return b("sum", torch.sum, nonzero)
+            return b("sum", torch.sum, nonzero, a["dim"])
         flags = b("float", "float", nonzero)
-        if name == "count_nonzero":
-            total = b("sum", torch.sum, flags) if a["dim"] is None else b(
-                "sum", torch.sum, flags, a["dim"]
-            )
-            return b("long", "long", total)
         op, fn = ("amax", torch.amax) if name == "any" else ("amin", torch.amin)
         folded = b(op, fn, flags) if a["dim"] is None else b(
             op, fn, flags, a["dim"], bool(a["keepdim"])
