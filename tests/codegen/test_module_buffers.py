@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
-from stitch_graph.codegen import capture_program
+from stitch_graph.codegen import CaptureError, capture_program
 from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
@@ -104,4 +105,32 @@ def test_a_buffer_sliced_by_an_input_size(tmp_path: Path) -> None:
     """MinGPT's mask: the slice's bounds come from ``size()``, a value known at capture."""
     task, program = generate_checked(_SLICED)
     assert ":10" in program.host_source or "10, None" in program.host_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_FACTORY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x + torch.tril(torch.ones(300, 300{device}))
+
+
+def get_inputs():
+    return [torch.randn(2, 300, 300)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_large_constant_built_from_nothing_is_refused_with_a_fix(tmp_path: Path) -> None:
+    """Traced from no input, ``torch.ones(300, 300)`` is a value of the trace, too large to
+    bake: the program would read zeros, so the capture says what to change instead."""
+    with pytest.raises(CaptureError, match="device=x.device"):
+        capture_program(load_task(_FACTORY.format(device="")))
+    task, program = generate_checked(_FACTORY.format(device=", device=x.device"))
     check_on_cpu(task, program, tmp_path, cooperative=True)

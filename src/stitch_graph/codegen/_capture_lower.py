@@ -181,6 +181,16 @@ def _lower(
                     continue
                 small = tensor.numel() <= _MAX_BAKED and tensor.device.type != "meta"
                 baked = tensor.detach().flatten().tolist() if small else None
+                if baked is None and target.startswith("_tensor_constant"):
+                    # computed while tracing, from no input: the program could only read zeros
+                    msg = (
+                        f"forward builds a constant tensor of {tensor.numel()} elements "
+                        f"(shape {tuple(tensor.shape)}) from no input, parameter or buffer, too "
+                        f"large to bake into the program; create it with device=x.device (it "
+                        f"is then built in the program), or build it in __init__ and register "
+                        f"it with register_buffer"
+                    )
+                    raise CaptureError(msg)
                 if baked is None:
                     ir.notes.append(f"constant {target} is too large to bake into host code")
                 spec = ParamSpec(
