@@ -61,9 +61,12 @@ _GPU_THREADS = 132 * 2048  # resident threads of an H200-class GPU
 _ROW_REDUCE = {"sum", "mean", "norm", "prod", "amax", "amin", "max", "min", "logsumexp"}
 
 
-def _accumulator(ops: list[str]) -> tuple[str, str, list[str]]:
+def _accumulator(anchors: list[Any]) -> tuple[str, str, list[str]]:
     """The accumulator type of one reduction or of siblings, the value type one element gives
     it, and the field of each reduction's state."""
+    ops = [a.op for a in anchors]
+    if len(ops) == 1 and ops[0] == "sum" and anchors[0].dtype == "int64":
+        return "SgSumI", "long long", [""]  # a count: exact in int64
     if len(ops) == 1:
         return _ACC[ops[0]], "float", [""]
     if len(ops) > 3:
@@ -317,9 +320,7 @@ class _ReduceEmitter(_EmitterBase):
         ):
             msg = f"{g.id}: sibling reductions must reduce the same dims of inputs of one shape"
             raise EmitError(msg)
-        acc, vtype, fields = _accumulator([a.op for a in anchors])
-        if len(anchors) == 1 and node.dtype == "int64" and node.op == "sum":
-            acc, vtype = "SgSumI", "long long"  # a count: exact in int64
+        acc, vtype, fields = _accumulator(anchors)
         out = ir.node(g.output)
         anchor_shape = node.shape
 
