@@ -9,7 +9,8 @@ translation unit. Categories: capture fixes (``x.T``, constants made in ``forwar
 from ``torch.export``, views as methods, strided ``linear`` inputs, instance-norm modules),
 in-place writes seen through aliases (``c = b; b += 1``, ``nn.ReLU(inplace=True)``),
 pooling, scans, 3-D and transposed convolutions, ops that read other positions (``cat``,
-``stack``, ``flip``, ``gather``, ``triu``/``tril``), decomposed losses, distances, attention,
+``stack``, ``flip``, ``gather``, ``triu``/``tril``), decomposed losses (with class or element
+weights too), products with a vector (``mv``, ``dot``), weight-normalised layers, distances, attention,
 ``einsum``, ``normalize``, pixel shuffles and (bi)linear or nearest resizing, and the fallbacks
 that keep unknown ops and failing items in PyTorch, declared.
 """
@@ -160,6 +161,11 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "cross_entropy_class_weights": (_problem("F.cross_entropy(x, t, weight=self.w, ignore_index=1, label_smoothing=0.2) + F.cross_entropy(y, u, weight=self.w, ignore_index=3)", f"{R}(6, 5), torch.randint(0, 5, (6,)), {R}(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4))", "self.register_buffer('w', torch.rand(5) + 0.2)", params="x, t, y, u"), None),  # noqa: E501
     "nll_loss_class_weights": (_problem("F.nll_loss(torch.log_softmax(x, 1), t, weight=self.w, reduction='none')", f"{R}(6, 5), torch.randint(0, 5, (6,))", "self.register_buffer('w', torch.rand(5) + 0.2)", params="x, t"), None),  # noqa: E501
     "repeat_int_labels": (_problem("torch.where(t.view(1, -1).repeat(6, 1) == t.view(-1, 1).tile((1, 6)), x, 0.0).sum(1)", f"{R}(6, 6), torch.randint(0, 3, (6,))", params="x, t"), None),  # noqa: E501
+    "bce_with_logits_weights": (_problem("F.binary_cross_entropy_with_logits(x, y, weight=self.w, pos_weight=self.pw) + F.binary_cross_entropy(torch.sigmoid(x), y, weight=self.w, reduction='sum')", f"4 * {R}(6, 10), torch.rand(6, 10)", "self.register_buffer('w', torch.rand(10))\nself.register_buffer('pw', 3 * torch.rand(10))", params="x, y"), None),  # noqa: E501
+    "class_margin_losses": (_problem("F.multi_margin_loss(x, t) + F.multi_margin_loss(x, t, p=2, margin=0.5, weight=self.w, reduction='none').sum() + F.multilabel_soft_margin_loss(x, y, weight=self.w)", f"{R}(6, 10), torch.randint(0, 10, (6,)), torch.randint(0, 2, (6, 10)).float()", "self.register_buffer('w', torch.rand(10))", params="x, t, y"), None),  # noqa: E501
+    "vector_products": (_problem("torch.mv(x, v) + x @ v + torch.addmv(b, x, v, beta=0.5, alpha=2.0) + torch.dot(v, v) + (v @ x.t()).sum() + torch.inner(v, v)", f"{R}(6, 10), {R}(10), {R}(6)", params="x, v, b"), None),  # noqa: E501
+    "addbmm": (_problem("torch.addbmm(b, x, y, beta=0.5) + 1.0", f"{R}(3, 4, 5), {R}(3, 5, 6), {R}(4, 6)", params="x, y, b"), None),  # noqa: E501
+    "weight_norm_conv1d": (_problem("torch.relu(self.c(x))", f"{R}(2, 4, 12)", "self.c = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 6, 3, padding=2, dilation=2))"), None),  # noqa: E501
     "nll_loss_sum": (_problem("F.nll_loss(torch.log_softmax(x, 1), t, reduction='sum')", f"{R}(6, 10), torch.randint(0, 10, (6,))", params="x, t"), None),  # noqa: E501
     "triplet_margin_module": (_problem("self.loss(a, p, n)", f"{R}(6, 10), {R}(6, 10), {R}(6, 10)", "self.loss = nn.TripletMarginLoss(margin=0.5)", params="a, p, n"), None),  # noqa: E501
     "cosine_similarity": (_problem("F.cosine_similarity(x, y, dim=1)", f"{R}(6, 10), {R}(6, 10)", params="x, y"), None),  # noqa: E501

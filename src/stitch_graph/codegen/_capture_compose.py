@@ -1,10 +1,12 @@
 """Calls that are compositions of registry ops: reductions by other names (``any``,
 ``nanmean``, ``nansum``, p-norms, ``dist``, ``matrix_norm``, ``aminmax``), products
-(``baddbmm``, ``outer``, ``cross``, ``bilinear``), views (``atleast_nd``), copies and rearrangements
+(``baddbmm``, ``addbmm``, ``outer``, ``cross``, ``bilinear``, and ``dot``, ``mv``, ``addmv``
+and ``matmul`` where an operand is a vector), views (``atleast_nd``), copies and rearrangements
 (``repeat``, ``rot90``, ``channel_shuffle``, ``one_hot``, ``tensordot``, ``embedding_bag``,
-``bucketize``, ``cdist``), a few functions (``logit``, ``softmin``,
+``bucketize``, ``cdist``), a few functions (``weight_norm``'s weight, ``logit``, ``softmin``,
 ``local_response_norm``, ``lp_pool``) and losses
-(hinge and cosine embedding, margin ranking, Poisson NLL).
+(hinge and cosine embedding, margin ranking, Poisson NLL, multi-label soft margin, multi-class
+margin).
 
 Found missing by a probe of common ``torch`` and ``torch.nn.functional`` calls. As in
 ``_capture_decompose``, each applies only where it reproduces the call; otherwise ``None`` and the
@@ -51,6 +53,12 @@ COMPOSE_SIGNATURES = {
     "norm": "input, p='fro', dim=None, keepdim=False, dtype=None",
     "linalg_vector_norm": "input, ord=2, dim=None, keepdim=False, dtype=None",
     "baddbmm": "input, batch1, batch2, beta=1, alpha=1",
+    "addbmm": "input, batch1, batch2, beta=1, alpha=1",
+    "addmv": "input, mat, vec, beta=1, alpha=1",
+    "dot": "input, tensor",
+    "inner": "input, other",
+    "mv": "input, vec",
+    "matmul": "input, other",
     "outer": "input, vec2",
     "diff": "input, n=1, dim=-1, prepend=None, append=None",
     "repeat": "input, sizes",
@@ -65,11 +73,14 @@ COMPOSE_SIGNATURES = {
     "cdist": "x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'",
     "searchsorted": "sorted_sequence, input, out_int32=False, right=False, side=None, sorter=None",  # noqa: E501
     "bilinear": "input1, input2, weight, bias=None",
+    "_weight_norm": "v, g, dim=0",
+    "multilabel_soft_margin_loss": "input, target, weight=None, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
+    "multi_margin_loss": "input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
 }
 # calls decomposed as tensor methods too (``x.norm(p=1, dim=-1)``, ``x.repeat(1, 2)``)
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
-    "diff", "repeat", "tile", "repeat_interleave", "take_along_dim", "rot90", "cross",
+    "diff", "repeat", "tile", "addbmm", "addmv", "dot", "inner", "mv", "matmul", "repeat_interleave", "take_along_dim", "rot90", "cross",
     "tensordot", "nansum",
 })
 
@@ -96,6 +107,60 @@ def _pair_loss(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref 
     return _reduce_loss(b, b("add", torch.add, pos, neg), a["reduction"])
 
 
+def _class_margin_loss(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """Losses over a row of class scores, as PyTorch defines them: the mean over the classes
+    of each class's logistic loss (multi-label), or of the hinge between the target's score
+    and every other class's (multi-class), then the batch's reduction."""
+    x, t, weight = a["input"], a["target"], a["weight"]
+    if not isinstance(x, Ref) or len(ir.shapes[x]) != 2 or ir.dtypes[x] != "float32":
+        return None
+    classes = ir.shapes[x][1]
+    if name == "multilabel_soft_margin_loss":
+        if ir.shapes.get(t) != ir.shapes[x] or ir.dtypes[t] != "float32":
+            return None
+        on = b("mul", torch.mul, t, b("logsigmoid", torch.nn.functional.logsigmoid, x))
+        off = b("mul", torch.mul, b("rsub", torch.rsub, t, 1.0),
+                b("logsigmoid", torch.nn.functional.logsigmoid, b("neg", torch.neg, x)))
+        loss = b("neg", torch.neg, b("add", torch.add, on, off))
+        if weight is not None:
+            loss = b("mul", torch.mul, loss, weight)
+    else:
+        p = int(a["p"])
+        if ir.dtypes.get(t) != "int64" or len(ir.shapes[t]) != 1 or p not in (1, 2):
+            return None
+        column = b("unsqueeze", torch.unsqueeze, t, 1)
+        own = b("gather", torch.gather, x, 1, column)
+        gap = b("clamp_min", torch.clamp_min,
+                b("add", torch.add, b("rsub", torch.rsub, own, float(a["margin"])), x), 0.0)
+        if p == 2:
+            gap = b("mul", torch.mul, gap, gap)
+        if weight is not None:  # the target class's weight scales its row
+            gap = b("mul", torch.mul, gap, b("unsqueeze", torch.unsqueeze,
+                                              b("index", operator.getitem, weight, (t,)), 1))
+        other = b("ne", torch.ne, b.constant(torch.arange(classes)), column)
+        loss = b("where", torch.where, other, gap, 0.0)
+    per_row = b("div", torch.div, b("sum", torch.sum, loss, 1), float(classes))
+    return _reduce_loss(b, per_row, a["reduction"])
+
+
+def _vector_product(ir: ProgramIR, b: _Builder, x: Any, y: Any) -> Ref | None:
+    """``matmul`` where an operand is a vector (``dot``, ``mv``, a matrix times a vector):
+    the vector as a one-row or one-column matrix, the GEMM, and that dim dropped again; two
+    vectors are a product summed. ``None`` when both are matrices (the registry's GEMM)."""
+    if not isinstance(y, Ref) or ir.dtypes[y] != "float32":
+        return None
+    nx, ny = len(ir.shapes[x]), len(ir.shapes[y])
+    if min(nx, ny) != 1:
+        return None
+    if nx == ny == 1:
+        return b("sum", torch.sum, b("mul", torch.mul, x, y))
+    if ny == 1:
+        column = b("unsqueeze", torch.unsqueeze, y, -1)
+        return b("squeeze", torch.squeeze, b("matmul", torch.matmul, x, column), -1)
+    row = b("unsqueeze", torch.unsqueeze, x, 0)
+    return b("squeeze", torch.squeeze, b("matmul", torch.matmul, row, y), -2)
+
+
 def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     """Reductions, products, copies and losses that are compositions of registry ops."""
     if name in ("margin_ranking_loss", "cosine_embedding_loss"):
@@ -110,6 +175,15 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _cdist(ir, b, a)
     if name == "bilinear":
         return _bilinear(ir, b, a)
+    if name in ("multilabel_soft_margin_loss", "multi_margin_loss"):
+        return _class_margin_loss(ir, b, name, a)
+    if name == "_weight_norm":  # weight_norm's weight: v scaled to g over each slice of dim
+        v, dim = a["v"], int(a["dim"])
+        nd = len(ir.shapes[v])
+        others = [d for d in range(nd) if d != dim % nd] if dim != -1 else list(range(nd))
+        squares = b("sum", torch.sum, b("mul", torch.mul, v, v), others, True)
+        norm = b("sqrt", torch.sqrt, squares)
+        return b("mul", torch.mul, v, b("div", torch.div, a["g"], norm))
     x = a["input"]
     if name == "one_hot" and isinstance(x, Ref) and ir.dtypes[x] == "int64":
         classes = int(a["num_classes"])
@@ -209,9 +283,13 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     if name in ("norm", "linalg_vector_norm"):
         order = a["p"] if name == "norm" else a["ord"]
         return None if a["dtype"] is not None else _vector_norm(b, x, order, a["dim"], bool(a["keepdim"]))  # noqa: E501
-    if name == "baddbmm":
-        b1, b2 = a["batch1"], a["batch2"]
-        product = b("matmul", torch.bmm, b1, b2)
+    if name in ("baddbmm", "addbmm", "addmv"):
+        if name == "addmv":
+            product = _vector_product(ir, b, a["mat"], a["vec"])
+        else:
+            product = b("matmul", torch.bmm, a["batch1"], a["batch2"])
+            if name == "addbmm":  # the batch's products summed
+                product = b("sum", torch.sum, product, 0)
         beta, alpha = float(a["beta"]), float(a["alpha"])
         if alpha != 1.0:
             product = b("mul", torch.mul, product, alpha)
@@ -219,6 +297,11 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
             return product
         base = x if beta == 1.0 else b("mul", torch.mul, x, beta)
         return b("add", torch.add, base, product)
+    if name in ("dot", "inner", "mv", "matmul") and floating:
+        other = a.get("tensor", a.get("other", a.get("vec")))
+        if name == "inner" and len(ir.shapes[x]) != 1:
+            return None
+        return _vector_product(ir, b, x, other)
     if name == "outer":
         y = a["vec2"]
         if len(ir.shapes[x]) != 1 or not isinstance(y, Ref) or len(ir.shapes[y]) != 1:

@@ -165,17 +165,22 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return None  # legacy reduction flags
     if name in _ELEMENTWISE_LOSSES:
         op, extra = _ELEMENTWISE_LOSSES[name]
-        x, t = a["input"], a["target"]
-        if not isinstance(x, Ref) or not isinstance(t, Ref) or a.get("weight") is not None:
+        x, t, weight = a["input"], a["target"], a.get("weight")
+        if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[x] != "float32":
             return None
-        if a.get("pos_weight") is not None or ir.dtypes[x] != "float32":
+        if weight is not None and not name.startswith("binary_cross_entropy"):
             return None
         if ir.shapes[x] != ir.shapes[t] or ir.dtypes[t] != "float32":
             return None
         if name == "smooth_l1_loss" and float(a["beta"]) == 0.0:
             op, extra = "l1_elem", ()
-        fn = getattr(F, name)
-        elem = b(op, fn, x, t, reduction="none", **{k: a[k] for k in extra})
+        if a.get("pos_weight") is not None:
+            elem = _positive_weighted_bce(b, x, t, a["pos_weight"])
+        else:
+            fn = getattr(F, name)
+            elem = b(op, fn, x, t, reduction="none", **{k: a[k] for k in extra})
+        if weight is not None:  # a rescaling of each element's loss, broadcast
+            elem = b("mul", torch.mul, elem, weight)
         batch = ir.shapes[x][0] if ir.shapes[x] else 1
         return _reduce_loss(b, elem, a["reduction"], batch)
     if name in ("cross_entropy", "nll_loss"):
@@ -240,6 +245,17 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     if name in SAMPLE_SIGNATURES:
         return sample(ir, b, name, a)
     return compose(ir, b, name, a)
+
+
+def _positive_weighted_bce(b: _Builder, x: Ref, t: Ref, pos_weight: Any) -> Ref:
+    """``binary_cross_entropy_with_logits`` with ``pos_weight``, written out as PyTorch
+    computes it: ``(1 - t) x + (1 + (w - 1) t) (log1p(exp(-|x|)) + max(-x, 0))``."""
+    scale = b("add", torch.add, b("mul", torch.mul, b("sub", torch.sub, pos_weight, 1.0), t), 1.0)
+    soft = b("add", torch.add,
+             b("log1p", torch.log1p, b("exp", torch.exp, b("neg", torch.neg, b("abs", torch.abs, x)))),
+             b("clamp_min", torch.clamp_min, b("neg", torch.neg, x), 0.0))
+    return b("add", torch.add, b("mul", torch.mul, b("rsub", torch.rsub, t, 1.0), x),
+             b("mul", torch.mul, scale, soft))
 
 
 def _flat_values(a: dict[str, Any]) -> list[Any]:
