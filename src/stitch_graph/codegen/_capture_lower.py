@@ -34,6 +34,7 @@ from stitch_graph.codegen._capture_base import (
 )
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
+from stitch_graph.codegen._capture_masks import data_dependent_hint, rewrite_masked_selection
 from stitch_graph.codegen._capture_names import (
     _by_schema_names,
     _canonical_name,
@@ -85,6 +86,24 @@ def _param_specs(model: torch.nn.Module) -> list[ParamSpec]:
     return specs
 
 
+def _propagate(meta_gm: torch.fx.GraphModule, args: list[Any]) -> None:
+    """Shapes on meta tensors; a selection by a mask that is only reduced is rewritten where
+    propagation stops on it (its size depends on the data), and propagation runs again."""
+    while True:
+        try:
+            # ShapeProp prints a failing node's traceback itself; the error below says what
+            # failed, and the caller tries torch.export next
+            with contextlib.redirect_stderr(io.StringIO()):
+                _RecordingShapeProp(meta_gm).propagate(*args)
+            return
+        except Exception as error:  # noqa: BLE001
+            if rewrite_masked_selection(meta_gm):
+                continue
+            hint = data_dependent_hint(meta_gm)
+            msg = f"shape propagation on meta tensors failed{hint}: {error}"
+            raise _PropagationError(msg) from error
+
+
 def _lower(
     task: Task,
     model: torch.nn.Module,
@@ -124,14 +143,7 @@ def _lower(
                 tensor = tensor.detach().clone()
             constants[str(fx_node.target)] = tensor
     meta_gm = _graph_to_meta(gm)
-    try:
-        # ShapeProp prints a failing node's traceback itself; the error below says what failed,
-        # and the caller tries torch.export next
-        with contextlib.redirect_stderr(io.StringIO()):
-            _RecordingShapeProp(meta_gm).propagate(*args)
-    except Exception as error:  # noqa: BLE001
-        msg = f"shape propagation on meta tensors failed: {error}"
-        raise _PropagationError(msg) from error
+    _propagate(meta_gm, args)
     ir = ProgramIR(
         task=task,
         inputs=[],

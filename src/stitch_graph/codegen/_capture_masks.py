@@ -1,0 +1,138 @@
+"""Selections by a boolean mask that are only reduced, rewritten to shapes that do not depend
+on the data.
+
+``loss[mask].mean()``, ``x[x > 0].sum()``, ``torch.masked_select(x, m).sum()`` or a masked mean
+over rows (``feats[keep].mean(0)``) select a number of elements known only at run time, so
+shape propagation on meta tensors stops there and the whole problem failed to capture. Where
+every use of the selection is a sum or a mean over everything, or over the selected dim, the
+selection is the same as the masked tensor with zeros elsewhere, and a mean divides by the
+mask's count: ``x[m].mean()`` is ``where(m, x, 0).sum() / (m.sum() * rest)``. An empty mask
+gives PyTorch's results: a zero sum, a NaN mean.
+
+The rewrite is made where propagation stopped, with the shapes of the values before it, and
+propagation runs again.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx
+
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min"}
+# what the unselected elements become, so that the reduction does not see them
+_FILL = {"sum": 0, "mean": 0, "amax": -math.inf, "max": -math.inf, "amin": math.inf, "min": math.inf}
+_DATA_DEPENDENT = {"nonzero", "argwhere", "masked_select", "index", "unique", "_unique2",
+                   "unique_consecutive", "unique_dim", "bincount"}
+_FUNCTIONS = {torch.sum: "sum", torch.mean: "mean", torch.amax: "amax", torch.amin: "amin",
+              torch.max: "max", torch.min: "min"}
+
+
+def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
+    """Rewrite the selection where propagation stopped; whether there was one to rewrite."""
+    node = next((n for n in gm.graph.nodes if "sg_value" not in n.meta), None)
+    if node is None or node.op != "call_function":
+        return False
+    selection = _selection(node)
+    if selection is None:
+        return False
+    x, mask = selection
+    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
+    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
+        return False
+    if mask_value.dtype != torch.bool or mask_value.dim() > x_value.dim():
+        return False
+    masked_dims = mask_value.dim()
+    if tuple(x_value.shape[:masked_dims]) != tuple(mask_value.shape):
+        return False  # a mask that broadcasts (masked_select's may) counts differently
+    uses = [_reduced_dims(use, masked_dims, x_value.dim()) for use in node.users]
+    if not node.users or any(dims is None for dims in uses):
+        return False
+    names = [_name(use) for use in node.users]
+    extremes = {name for name in names if _FILL[name] != 0}
+    if extremes and x_value.dtype != torch.float32:
+        return False  # the fill of the unselected elements is an infinity
+    rest = math.prod(x_value.shape[masked_dims:])
+    graph = gm.graph
+    kept_by_fill: dict[float, torch.fx.Node] = {}
+    with graph.inserting_before(node):
+        keep = mask
+        if mask_value.dim() < x_value.dim():
+            trailing = (1,) * (x_value.dim() - mask_value.dim())
+            keep = graph.call_method("reshape", (mask, (*mask_value.shape, *trailing)))
+        for fill in {_FILL[name] for name in names}:
+            kept_by_fill[fill] = graph.call_function(torch.where, (keep, x, fill))
+    for use, name, dims in zip(list(node.users), names, uses, strict=True):
+        kept = kept_by_fill[_FILL[name]]
+        with graph.inserting_before(use):
+            reduction = "sum" if name == "mean" else {"max": "amax", "min": "amin"}.get(name, name)
+            result = graph.call_method(reduction, (kept, dims) if dims else (kept,))
+            if name == "mean":
+                count = graph.call_method("sum", (mask, dims) if dims else (mask,))
+                if not dims:
+                    count = graph.call_function(operator.mul, (count, rest))
+                result = graph.call_function(torch.div, (result, count))
+        use.replace_all_uses_with(result)
+        graph.erase_node(use)
+    graph.erase_node(node)
+    gm.recompile()
+    for n in graph.nodes:
+        n.meta.pop("sg_value", None)
+    return True
+
+
+def data_dependent_hint(gm: torch.fx.GraphModule) -> str:
+    """What to change where propagation stopped on an op whose size depends on the data
+    (``nonzero``, a selection by a mask put to another use), or ``""``."""
+    node = next((n for n in gm.graph.nodes if "sg_value" not in n.meta), None)
+    if node is None:
+        return ""
+    name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+    if name not in _DATA_DEPENDENT and _selection(node) is None:
+        return ""
+    return (
+        f" ({node.name}: its size depends on the values of a tensor. A selection by a boolean "
+        "mask is generated where it is only summed, averaged, or reduced by max or min; "
+        "otherwise write it with a fixed shape, e.g. torch.where(mask, x, 0))"
+    )
+
+
+def _selection(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(x, mask)`` of ``x[mask]`` or ``torch.masked_select(x, mask)``."""
+    if node.target is operator.getitem or node.target is torch.masked_select:
+        x, mask = node.args[0], node.args[1]
+        if isinstance(x, torch.fx.Node) and isinstance(mask, torch.fx.Node):
+            return x, mask
+    return None
+
+
+def _name(use: torch.fx.Node) -> str | None:
+    """The reduction a use is (``sum``, ``mean``, ``amax``, ...), or ``None``."""
+    if use.op == "call_method":
+        return use.target if use.target in _REDUCTIONS else None
+    return _FUNCTIONS.get(use.target) if use.op == "call_function" else None
+
+
+def _reduced_dims(use: torch.fx.Node, masked: int, ndim: int) -> tuple[int, ...] | None:
+    """The dims of the masked tensor a use reduces: ``()`` for everything, the masked dims
+    for a reduction over the selected dim 0; ``None`` for any other use."""
+    if _name(use) is None:
+        return None
+    args, kwargs = list(use.args[1:]), dict(use.kwargs)
+    if kwargs.pop("dtype", None) is not None or kwargs.pop("keepdim", False):
+        return None
+    dim = kwargs.pop("dim", args.pop(0) if args else None)
+    if kwargs or args:
+        return None
+    if dim is None:
+        return ()
+    if _name(use) in ("max", "min"):
+        return None  # with a dim, values and indices
+    dims = dim if isinstance(dim, list | tuple) else (dim,)
+    if list(dims) in ([0], [-1]) and masked == ndim:  # the selection is flat
+        return ()
+    if list(dims) == [0] and masked < ndim:  # over the selected elements, per trailing slot
+        return tuple(range(masked))
+    return None
