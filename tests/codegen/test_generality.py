@@ -173,6 +173,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "attention_causal": (_problem("F.scaled_dot_product_attention(q, k, v, is_causal=True) + 1.0", f"{R}(2, 3, 5, 8), {R}(2, 3, 7, 8), {R}(2, 3, 7, 4)", params="q, k, v"), None),  # noqa: E501
     "attention_bool_mask": (_problem("F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3)", f"{R}(2, 5, 8), {R}(2, 6, 8), {R}(2, 6, 4), torch.rand(5, 6) > 0.3", params="q, k, v, m"), None),  # noqa: E501
     "attention_float_mask": (_problem("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", f"{R}(2, 5, 8), {R}(2, 6, 8), {R}(2, 6, 4), {R}(2, 5, 6)", params="q, k, v, m"), None),  # noqa: E501
+    "attention_grouped_query_heads": (_problem("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", f"{R}(2, 6, 5, 8), {R}(2, 2, 5, 8), {R}(2, 2, 5, 4)", params="q, k, v"), None),  # noqa: E501
     "einsum_broadcast_matmul": (_problem("torch.einsum('bijl,lk->bijk', x, w)", f"{R}(2, 3, 4, 5), {R}(5, 6)", params="x, w"), None),  # noqa: E501
     "einsum_transposed": (_problem("torch.einsum('bij,bkj->bik', x, y)", f"{R}(2, 3, 10), {R}(2, 4, 10)", params="x, y"), None),  # noqa: E501
     "inverted_bool_mask": (_problem("x.masked_fill(~(x > 0.5), 0.0) * 2.0", f"{R}(6, 40)"), None),  # noqa: E501

@@ -357,10 +357,12 @@ def _attention(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     the causal mask (key after query: ``-inf``) or the given mask (boolean: ``-inf`` where
     false; float: added), a softmax and the product with the values."""
     q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
-    if float(a["dropout_p"]) != 0.0 or a["enable_gqa"]:
+    if float(a["dropout_p"]) != 0.0:
         return None
     if not all(isinstance(r, Ref) for r in (q, k, v)) or (a["is_causal"] and mask is not None):
         return None
+    if a["enable_gqa"]:
+        k, v = _shared_heads(ir, b, ir.shapes[q], k), _shared_heads(ir, b, ir.shapes[q], v)
     qs, ks = ir.shapes[q], ir.shapes[k]
     if len(qs) < 2 or qs[:-2] != ks[:-2] or ir.dtypes[q] != "float32":
         return None
@@ -383,6 +385,19 @@ def _attention(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
         return None
     probs = b("softmax", torch.softmax, scores, -1)
     return b("matmul", torch.matmul, probs, v)
+
+
+def _shared_heads(ir: ProgramIR, b: _Builder, query: tuple[int, ...], kv: Ref) -> Ref:
+    """Grouped-query attention's keys or values, each head repeated for the query heads that
+    share it (``enable_gqa``); as they are when the head counts agree."""
+    shape = ir.shapes[kv]
+    heads, kv_heads = query[-3], shape[-3]
+    if heads == kv_heads or kv_heads == 0 or heads % kv_heads:
+        return kv
+    group = heads // kv_heads
+    spread = b("unsqueeze", torch.unsqueeze, kv, -3)
+    spread = b("expand", "expand", spread, *shape[:-2], group, *shape[-2:])
+    return b("reshape", torch.reshape, spread, (*shape[:-3], heads, *shape[-2:]))
 
 
 def _pixel_shuffle(ir: ProgramIR, b: _Builder, a: dict[str, Any], up: bool) -> Ref | None:
