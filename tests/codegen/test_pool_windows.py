@@ -2,8 +2,9 @@
 
 A window that never leaves the input loops its fixed count without bounds checks; one that can
 reach padding loops the same count and skips what lies outside, while the divisor still follows
-PyTorch (``count_include_pad``, ``divisor_override``, ceil-mode windows past the padding). Every
-case runs the generated program on the CPU against PyTorch.
+PyTorch (``count_include_pad``, ``divisor_override``, ceil-mode windows past the padding).
+Windows that slide by one along rows of whole float4s take a thread per four outputs, which
+loads their span once. Every case runs the generated program on the CPU against PyTorch.
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_pool_windows_match_pytorch(case: str, tmp_path: Path) -> None:
+    from stitch_graph.codegen import KernelTuning, Tuning
+
     call, shape, inside = CASES[case]
-    task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
+    per_output = Tuning(default=KernelTuning(vector_width=1))  # not the sliding kernel below
+    task, program = generate_checked(_PROBLEM.format(call=call, shape=shape), per_output)
     assert "#pragma unroll" in program.kernel_source
     # bounds are checked only where a window can leave the input
     assert ("continue;" not in program.kernel_source) == inside
@@ -83,6 +87,47 @@ def test_staged_pooling_matches_pytorch(case: str, staged: bool, tmp_path: Path)
     task, program = generate_checked(_PROBLEM.format(call=call, shape=shape), tuning)
     assert ("__shared__ float tile[" in program.kernel_source) == staged
     check_on_cpu(task, program, tmp_path, cooperative=staged)
+
+
+# windows sliding by one along rows of whole float4s: a thread per four outputs, their span
+# loaded once (float4s inside the row, scalar loads at its ends and when misaligned)
+SLIDING = {
+    "max1d_dilated_padded": ("F.max_pool1d(x, 8, 1, padding=4, dilation=3)", "2, 3, 64"),
+    "avg1d_padded": ("F.avg_pool1d(x, 8, 1, padding=4) * 2", "2, 3, 64"),
+    "avg1d_ceil_odd_window": ("F.avg_pool1d(x, 5, 1, padding=2, ceil_mode=True)", "2, 3, 36"),
+    "max2d_inception_branch": ("torch.relu(F.max_pool2d(x, 3, 1, 1))", "2, 3, 9, 16"),
+    "avg2d_padded": ("F.avg_pool2d(x, 3, 1, 1)", "2, 3, 9, 16"),
+    "max3d_dilated": ("F.max_pool3d(x, 3, 1, 1, dilation=(1, 2, 1))", "2, 2, 5, 6, 8"),
+    "max1d_unpadded": ("F.max_pool1d(x, 3, 1)", "2, 3, 64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SLIDING))
+def test_sliding_windows_match_pytorch(case: str, tmp_path: Path) -> None:
+    call, shape = SLIDING[case]
+    task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
+    assert "windows sliding by one" in program.kernel_source
+    check_on_cpu(task, program, tmp_path)
+
+
+def test_sliding_windows_read_a_misaligned_input_with_scalar_loads(tmp_path: Path) -> None:
+    source = _PROBLEM.format(call="F.max_pool1d(x, 4, 1, padding=2)", shape="2, 3, 64").replace(
+        "return [torch.randn(2, 3, 64)]", "return [torch.randn(2 * 3 * 64 + 1)[1:].view(2, 3, 64)]"
+    )
+    task, program = generate_checked(source)
+    assert "windows sliding by one" in program.kernel_source
+    check_on_cpu(task, program, tmp_path)
+
+
+def test_windows_that_do_not_slide_by_one_keep_a_thread_per_output() -> None:
+    for call, shape in [
+        ("F.max_pool1d(x, 3, 2)", "2, 3, 64"),  # stride 2
+        ("F.max_pool1d(x, 3, 1)", "2, 3, 62"),  # rows not whole float4s
+        ("F.avg_pool1d(x, 3, 1, 1, count_include_pad=False)", "2, 3, 64"),  # divisor per window
+        ("F.max_pool1d(torch.relu(x), 3, 1)", "2, 3, 64"),  # a prologue on the window's loads
+    ]:
+        _task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
+        assert "windows sliding by one" not in program.kernel_source, call
 
 
 def test_short_rows_are_not_staged_and_small_inputs_not_by_default() -> None:
