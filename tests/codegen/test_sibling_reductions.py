@@ -3,8 +3,8 @@
 A smooth-max pooling's logsumexp beside the row's mean, TripletMarginLoss's two distances from
 one anchor, a standardisation's mean beside its std: each pair read its rows in two kernels.
 The scheduler now joins reductions of the same dims of inputs of one shape where a pointwise
-node combines them, and the kernel carries their accumulators together (``SgPair``,
-``SgTriple``). Checked on the CPU with CUDA's block semantics (``cooperative=True``);
+node combines them or a concatenation takes their results, and the kernel carries their
+accumulators together (``SgPair``, ``SgTriple``), storing concatenated results into their slices. Checked on the CPU with CUDA's block semantics (``cooperative=True``);
 ``generate_checked`` compiles every program with nvcc where installed.
 """
 
@@ -83,6 +83,44 @@ def test_siblings_read_the_rows_once_and_match_pytorch(name: str, tmp_path: Path
     reads = [k for k in kernels.launched if "_part" not in k]
     # one kernel reduces the rows; a loss's batch mean is a second reduction of its own
     assert len(reads) == (2 if name == "two_distances" else 1), kernels.launched
+
+
+# results concatenated (CBAM's channel mean and max, a concatenated pooling, statistics pooling):
+# one pass, each result stored into its slice of the concatenation
+CONCATENATED = {
+    "channel_mean_and_max": ("torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)", (2, 40, 8, 8)),  # noqa: E501
+    "channel_tiles": ("torch.cat([x.mean(1, keepdim=True), torch.max(x, 1, keepdim=True)[0]], dim=1)", (2, 256, 4, 4)),  # noqa: E501
+    "pooled_rows": ("torch.cat([x.mean((2, 3)), x.amax((2, 3))], 1)", (4, 8, 16, 16)),
+    "three_on_dim0": ("torch.cat([x.amin(-1), x.amax(-1), x.sum(-1)], 0)", (6, 100)),
+    "split_statistics": ("torch.cat([x.mean(-1), x.std(-1)], -1)", (2, 65536)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONCATENATED))
+def test_concatenated_siblings_store_their_slices_in_one_pass(name: str, tmp_path: Path) -> None:
+    body, shape = CONCATENATED[name]
+    task, program = generate_checked(_source(body, shape))
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    reads = [k for k in kernels.launched if "_part" not in k]
+    assert len(reads) == 1, kernels.launched  # no kernel of its own for the concatenation
+    assert "Sg" + ("Triple" if "three" in name else "Pair") in program.kernel_source
+
+
+@pytest.mark.parametrize("tuning", [
+    Tuning(default=KernelTuning(fuse=False)),
+    Tuning(default=KernelTuning(rows_per_block=1, vector_width=1)),
+    Tuning(default=KernelTuning(split_reduction=True)),
+])
+def test_concatenated_siblings_tuned_variants_stay_correct(tuning: Tuning, tmp_path: Path) -> None:
+    body, shape = CONCATENATED["pooled_rows"]
+    task, program = generate_checked(_source(body, shape), tuning)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_concatenated_result_read_elsewhere_keeps_its_own_kernel(tmp_path: Path) -> None:
+    body = "torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1) * x.mean(1, keepdim=True)"  # noqa: E501
+    ir = capture_program(load_task(_source(body, (2, 40, 8, 8))))
+    assert all(not g.siblings or ir.node(g.output).op != "cat" for g in schedule.schedule_program(ir))  # noqa: E501
 
 
 def test_the_plan_names_the_siblings_and_rebuilds_them() -> None:

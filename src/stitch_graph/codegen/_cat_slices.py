@@ -8,13 +8,18 @@ epilogue, a pool, a fused chain; scans), the result is allocated once and those 
 into it; the concatenation emits nothing. An operand whose kernel stores otherwise (a library
 call writing its own output, a reduction) leaves its concatenation to the ordinary kernel:
 ``emit_candidate`` emits again without it.
+
+Reductions of the same rows whose results are concatenated (CBAM's channel mean and max) are
+siblings of one pass instead: its kernel stores each result into its slice (``concatenated``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from stitch_graph.codegen.ir import Group, ProgramIR, Ref, numel
+from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, numel
 
 
 @dataclass(frozen=True)
@@ -84,3 +89,23 @@ def slices_of(ir: ProgramIR, cat: str, operands: list[str]) -> dict[str, CatSlic
         out[name] = CatSlice(cat, run, stride, start, numel(shape))
         start += run
     return out
+
+
+def concatenated(ir: ProgramIR, g: Group, out: OpNode) -> list[tuple[str, CatSlice]]:
+    """Each concatenated result of a sibling group whose output is their concatenation, with
+    its slice of it (``[]`` for any other group)."""
+    if out.op != "cat" or not g.siblings or out.name not in g.epilogue:
+        return []
+    names = [t.name for t in out.args["tensors"]]
+    where = slices_of(ir, out.name, names)
+    return [(name, where[name]) for name in names]
+
+
+def stored_in_slices(emitter: Any, first: CatSlice, build: Callable[[], list[str]]) -> list[str]:
+    """``build()``'s host lines; the kernels it adds store their result (``out[r] = ``) into
+    the first slice, the finish lines having stored the others."""
+    count = len(emitter.kernels)
+    lines = build()
+    for k in range(count, len(emitter.kernels)):
+        emitter.kernels[k] = emitter.kernels[k].replace("out[r] = ", f"out[{first.element('r')}] = ")
+    return lines

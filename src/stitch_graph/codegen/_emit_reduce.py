@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stitch_graph.codegen._cat_slices import concatenated, stored_in_slices
 from stitch_graph.codegen._emit_base import (
     _CTYPE,
     _MAX_GRID,
@@ -24,7 +25,13 @@ from stitch_graph.codegen._emit_base import (
     _EmitterBase,
     _py,
 )
-from stitch_graph.codegen.ir import Group, Ref, numel, reduction_runs, row_layout
+from stitch_graph.codegen.ir import (
+    Group,
+    Ref,
+    numel,
+    reduction_runs,
+    row_layout,
+)
 from stitch_graph.codegen.schedule import reduction_dims
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -323,6 +330,9 @@ class _ReduceEmitter(_EmitterBase):
         acc, vtype, fields = _accumulator(anchors)
         out = ir.node(g.output)
         anchor_shape = node.shape
+        # siblings whose results are concatenated: each stored into its slice of the result
+        slices = concatenated(ir, g, out)
+        epilogue = [m for m in g.epilogue if m != out.name] if slices else g.epilogue
 
         def load_value(args: _Args, env: dict[str, str]) -> tuple[list[str], str]:
             lines = self.exprs(g.prologue, in_shape, "i", env, args)
@@ -354,16 +364,41 @@ class _ReduceEmitter(_EmitterBase):
                 result = _reduced(anchor.op, anchor.args, f"{a}{field}", length)
                 lines.append(f"const {ctype} v_{anchor.name} = ({ctype})({result});")
                 env[anchor.name] = f"v_{anchor.name}"
-            lines += self.exprs(g.epilogue if members is None else members, anchor_shape, "r",
+            lines += self.exprs(epilogue if members is None else members, anchor_shape, "r",
                                 env, args)
+            if slices and result_of is None:  # the first slice is the kernel's own store
+                (first, _), *rest = slices
+                lines += [f"out[{where.element('r')}] = {env[name]};" for name, where in rest]
+                return lines, env[first]
             return lines, env[result_of or out.name]
 
         red = _Reduction(
             g, kernel, rows, length, in_idx, inner == 1 and not gathered, index, acc, vtype,
             load_value, finish,
         )
+        if slices:
+            return stored_in_slices(self, slices[0][1], lambda: self._reduction_layout(
+                red, tun, in_shape, inner, gathered, ops, False))
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
         broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
+        return self._reduction_layout(red, tun, in_shape, inner, gathered, ops, broadcast)
+
+    def _reduction_layout(
+        self,
+        red: _Reduction,
+        tun: KernelTuning,
+        in_shape: tuple[int, ...],
+        inner: int,
+        gathered: bool,
+        ops: set[str],
+        broadcast: bool,
+    ) -> list[str]:
+        """The kernel layout for ``red``'s rows: a row kernel, split rows, a thread, warp or
+        block per output, column tiles; ``broadcast`` rewrites each row from its result."""
+        ir, g, node = self.ir, red.g, self.ir.node(red.g.anchor or "")
+        rows, length, kernel, load_value = red.rows, red.length, red.kernel, red.load_value
+        finish, in_idx, index, acc, out = red.finish, red.in_idx, red.index, red.acc, ir.node(
+            g.output)
         if gathered and broadcast:
             msg = f"{node.name}: a reduction over non-adjacent dims does not rewrite its rows"
             raise EmitError(msg)

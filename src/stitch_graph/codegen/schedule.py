@@ -459,6 +459,34 @@ def _siblings_fit(ir: ProgramIR, base: Group, other: Group) -> bool:
     )
 
 
+def _concatenated_siblings(
+    ir: ProgramIR, node: Any, group_of: dict[str, Group], users: dict[str, list[str]]
+) -> list[Group]:
+    """The reduction groups whose results ``node`` concatenates, when they can be siblings of
+    one pass that stores each result into its slice (CBAM's channel mean and max, a
+    concatenated average and max pooling); else ``[]``."""
+    tensors = node.args.get("tensors") if node.op == "cat" else None
+    if not isinstance(tensors, list | tuple) or len(tensors) < 2:
+        return []
+    if not isinstance(node.args.get("dim", 0), int) or node.dtype != "float32":
+        return []
+    groups: list[Group] = []
+    for ref in tensors:
+        g = group_of.get(ref.name) if isinstance(ref, Ref) and ref.kind == "node" else None
+        if g is None or g in groups or g.output != ref.name or users[ref.name] != [node.name]:
+            return []
+        anchor = ir.node(g.anchor or "")
+        if any(ir.node(m).shape != anchor.shape for m in g.epilogue):
+            return []  # a result broadcast back over its rows is no row of the concatenation
+        groups.append(g)
+    for g in groups[1:]:
+        if not _siblings_fit(ir, groups[0], g):
+            return []
+    if len([a for g in groups for a in g.anchors]) > _MOST_SIBLINGS:
+        return []
+    return groups
+
+
 def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     if len(shape) > len(to):
         return False
@@ -529,6 +557,15 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
         if kind in ("view", "unsupported"):
             continue
         if kind == "pointwise":
+            joined = _concatenated_siblings(ir, node, group_of, users)
+            if joined:
+                base = joined[0]
+                for g in joined[1:]:
+                    join_siblings(base, g)
+                base.epilogue.append(node.name)
+                base.output = node.name
+                group_of[node.name] = base
+                continue
             candidates: list[Group] = []
             # cat/flip/gather read their operands at other positions: those stay in memory
             operands = [] if node.op in INDEXED - {"triu", "tril"} else node.tensor_refs()
