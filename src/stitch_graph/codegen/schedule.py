@@ -475,6 +475,8 @@ def _concatenated_siblings(
         g = group_of.get(ref.name) if isinstance(ref, Ref) and ref.kind == "node" else None
         if g is None or g in groups or g.output != ref.name or users[ref.name] != [node.name]:
             return []
+        if g.kind != "reduction":
+            return []
         anchor = ir.node(g.anchor or "")
         if any(ir.node(m).shape != anchor.shape for m in g.epilogue):
             return []  # a result broadcast back over its rows is no row of the concatenation
