@@ -146,6 +146,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "max_pool_values_of_return_indices": (_problem("self.p(x)[0] + F.max_pool1d(x.flatten(2), 3, stride=2, return_indices=True)[0].sum()", f"{R}(2, 3, 6, 8)", "self.p = nn.MaxPool2d(2, return_indices=True)"), None),  # noqa: E501
     "bilinear_module": (_problem("self.b(x, torch.tanh(x[..., :3]))", f"{R}(2, 3, 4)", "self.b = nn.Bilinear(4, 3, 6)"), None),  # noqa: E501
     "bilinear_no_bias": (_problem("torch.nn.functional.bilinear(x, x, w)", f"{R}(3, 4), {R}(2, 4, 4)", params="x, w"), None),  # noqa: E501
+    "embedding_before_lstm_exported": (_problem("o, _ = self.lstm(self.emb(i))\nreturn self.dec(o)", "torch.randint(0, 20, (2, 5))", "self.emb = nn.Embedding(20, 8)\nself.lstm = nn.LSTM(8, 8, 2, batch_first=True)\nself.dec = nn.Linear(8, 20)", params="i"), None),  # noqa: E501
     "embedding_padding_idx": (_problem("self.emb(i) + 1.0", "torch.randint(0, 10, (3, 4))", "self.emb = nn.Embedding(10, 6, padding_idx=3)", params="i"), None),  # noqa: E501
     "tensor_index": (_problem("x[:, i] * 2.0 + 1.0", f"{R}(4, 6), torch.randint(-6, 6, (2, 3))", params="x, i"), None),  # noqa: E501
     "index_select": (_problem("torch.index_select(x, 1, i) - x[:, :3]", f"{R}(4, 6), torch.randint(0, 6, (3,))", params="x, i"), None),  # noqa: E501

@@ -90,6 +90,9 @@ def _decompose(
     if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
         idx, weight = args[0], args[1]
         rest = dict(zip(("padding_idx", "max_norm"), args[2:4], strict=False)) | kwargs
+        if isinstance(fx_node.target, torch._ops.OpOverload):  # ATen's: (weight, indices, ...)
+            weight, idx = args[0], args[1]
+            rest = {}  # padding_idx, scale_grad_by_freq and sparse: the gradient's only
         # padding_idx, scale_grad_by_freq and sparse change only the gradient; max_norm
         # renormalises the weight's rows in place, and stays in PyTorch
         plain = rest.get("max_norm") is None
