@@ -25,13 +25,7 @@ from stitch_graph.codegen._emit_base import (
     _EmitterBase,
     _py,
 )
-from stitch_graph.codegen.ir import (
-    Group,
-    Ref,
-    numel,
-    reduction_runs,
-    row_layout,
-)
+from stitch_graph.codegen.ir import Group, Ref, numel, reduction_runs, row_layout
 from stitch_graph.codegen.schedule import reduction_dims
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -397,8 +391,8 @@ class _ReduceEmitter(_EmitterBase):
         block per output, column tiles; ``broadcast`` rewrites each row from its result."""
         ir, g, node = self.ir, red.g, self.ir.node(red.g.anchor or "")
         rows, length, kernel, load_value = red.rows, red.length, red.kernel, red.load_value
-        finish, in_idx, index, acc, out = red.finish, red.in_idx, red.index, red.acc, ir.node(
-            g.output)
+        finish, in_idx, index, acc = red.finish, red.in_idx, red.index, red.acc
+        out = ir.node(g.output)
         if gathered and broadcast:
             msg = f"{node.name}: a reduction over non-adjacent dims does not rewrite its rows"
             raise EmitError(msg)
