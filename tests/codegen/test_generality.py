@@ -83,6 +83,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     # ---- capture: calls that crashed or produced code the checker refused
     "transpose_attribute": (_problem("torch.matmul(x.T, w.mT) / 2.0", f"{R}(7, 5), {R}(3, 7)", params="x, w"), None),  # noqa: E501
     "constant_in_forward": (_problem("torch.min(x, torch.tensor(0.25, device=x.device)) * 2.0", f"{R}(4, 9)"), None),  # noqa: E501
+    "baked_mask_of_infinities": (_problem("(x + torch.triu(torch.full((6, 6), float('-inf'), device=x.device), 1)).softmax(-1)", f"{R}(2, 6, 6)"), None),  # noqa: E501
     "item_in_init": (_problem("x * self.scale", f"{R}(4, 9)", "self.scale = float(torch.linspace(0, 1, 5)[3].item())"), None),  # noqa: E501
     "export_fallback": (_problem("x / math.sqrt(x.size(-1)) + torch.unsqueeze(x, 0).squeeze(0)", f"{R}(4, 16)"), None),  # noqa: E501
     "export_slices": (_problem("x[:, 2:10:2] / math.sqrt(x.size(-1)) - x[1:3].sum(0, keepdim=True)[:, :4]", f"{R}(4, 16)"), None),  # noqa: E501

@@ -369,7 +369,7 @@ def emit_candidate(
         "["
         + ", ".join(
             f"({p.name!r}, {list(p.shape)!r}, torch.{p.dtype}, {p.buffer!r}, {p.persistent!r}, "
-            f"{p.value!r})"
+            f"{_render(p.value) if p.value is not None else None})"
             for p in ir.params
         )
         + "]"
