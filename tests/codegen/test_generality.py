@@ -176,6 +176,10 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "attention_bool_mask": (_problem("F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3)", f"{R}(2, 5, 8), {R}(2, 6, 8), {R}(2, 6, 4), torch.rand(5, 6) > 0.3", params="q, k, v, m"), None),  # noqa: E501
     "attention_float_mask": (_problem("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", f"{R}(2, 5, 8), {R}(2, 6, 8), {R}(2, 6, 4), {R}(2, 5, 6)", params="q, k, v, m"), None),  # noqa: E501
     "attention_grouped_query_heads": (_problem("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", f"{R}(2, 6, 5, 8), {R}(2, 2, 5, 8), {R}(2, 2, 5, 4)", params="q, k, v"), None),  # noqa: E501
+    "joint_index_pick": (_problem("-x.log_softmax(-1)[torch.arange(x.shape[0], device=x.device), t].mean() + y[:, i, j].sum()", f"{R}(6, 10), torch.randint(0, 10, (6,)), {R}(2, 5, 7, 3), torch.randint(-5, 5, (4, 1)), torch.randint(0, 7, (1, 3))", params="x, t, y, i, j"), None),  # noqa: E501
+    "cosine_similarity_broadcast": (_problem("F.cosine_similarity(x.unsqueeze(1), y.unsqueeze(0), dim=-1)", f"{R}(6, 10), {R}(5, 10)", params="x, y"), None),  # noqa: E501
+    "normalize_p_norms": (_problem("F.normalize(x, p=1, dim=-1) + F.normalize(x, p=float('inf'), dim=0) + F.normalize(x, p=3)", f"{R}(6, 10)"), None),  # noqa: E501
+    "interpolate_area_trilinear_nearest_exact": (_problem("F.interpolate(x, size=(2, 3, 2), mode='area').sum() + F.interpolate(x, scale_factor=2, mode='trilinear').sum() + F.interpolate(x, scale_factor=3, mode='nearest-exact')[:, :, :4, :5, :6]", f"{R}(2, 3, 4, 5, 6)"), None),  # noqa: E501
     "einsum_broadcast_matmul": (_problem("torch.einsum('bijl,lk->bijk', x, w)", f"{R}(2, 3, 4, 5), {R}(5, 6)", params="x, w"), None),  # noqa: E501
     "einsum_transposed": (_problem("torch.einsum('bij,bkj->bik', x, y)", f"{R}(2, 3, 10), {R}(2, 4, 10)", params="x, y"), None),  # noqa: E501
     "inverted_bool_mask": (_problem("x.masked_fill(~(x > 0.5), 0.0) * 2.0", f"{R}(6, 40)"), None),  # noqa: E501

@@ -20,7 +20,12 @@ import torch.fx
 from stitch_graph.codegen._capture_arrange import ARRANGE_SIGNATURES, arrange
 from stitch_graph.codegen._capture_base import _subst
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
-from stitch_graph.codegen._capture_compose import COMPOSE_METHODS, COMPOSE_SIGNATURES, compose
+from stitch_graph.codegen._capture_compose import (
+    COMPOSE_METHODS,
+    COMPOSE_SIGNATURES,
+    _vector_norm,
+    compose,
+)
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
 from stitch_graph.codegen._capture_names import _canonical_name
 from stitch_graph.codegen._capture_order import (
@@ -87,6 +92,9 @@ def _decompose(
     kwargs = dict(_subst(fx_node.kwargs, env))
     if name == "einsum":
         return _decompose_einsum(ir, fx_node, args, ours)
+    if fx_node.target is operator.getitem and len(args) == 2 and isinstance(args[0], Ref):
+        b = _Builder(ir, ours, fx_node.name)
+        return _all_or_nothing(ir, lambda: _joint_index(ir, b, args[0], args[1]))
     if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
         idx, weight = args[0], args[1]
         rest = dict(zip(("padding_idx", "max_norm"), args[2:4], strict=False)) | kwargs
@@ -127,6 +135,30 @@ def _decompose(
             return None  # the pair itself is passed on: the call stays in PyTorch
         return _all_or_nothing(ir, lambda: order_statistic(ir, b, name, a, 1 in used))
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
+
+
+def _joint_index(ir: ProgramIR, b: _Builder, x: Ref, index: Any) -> Ref | None:
+    """``x[i, j]`` with integer tensors on adjacent dims (``logp[torch.arange(n), target]``),
+    after full slices: one index into those dims flattened, ``i * size_j + j`` (each wrapped
+    into its dim, as negative indices are). ``None`` for any other index."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    dims = [k for k, v in enumerate(items) if isinstance(v, Ref)]
+    if len(dims) < 2 or dims != list(range(dims[0], dims[0] + len(dims))):
+        return None
+    if any(v != slice(None) for k, v in enumerate(items) if k not in dims):
+        return None
+    shape = ir.shapes[x]
+    if len(items) > len(shape) or any(ir.dtypes.get(items[k]) != "int64" for k in dims):
+        return None
+    first = dims[0]
+    joint: Ref | None = None
+    for k in dims:
+        wrapped = b("remainder", torch.remainder, items[k], shape[k])
+        joint = wrapped if joint is None else b(
+            "add", torch.add, b("mul", torch.mul, joint, shape[k]), wrapped)
+    sizes = [*shape[:first], math.prod(shape[k] for k in dims), *shape[dims[-1] + 1:]]
+    flat = b("reshape", torch.reshape, x, sizes)
+    return b("index", operator.getitem, flat, (*[slice(None)] * first, joint))
 
 
 def _all_or_nothing(ir: ProgramIR, build: Any) -> Any:
@@ -199,17 +231,19 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return b("mul", torch.mul, first, b("sigmoid", torch.sigmoid, gate))
     if name == "normalize":
         x, dim = a["input"], int(a["dim"])
-        if not isinstance(x, Ref) or float(a["p"]) != 2.0 or a["out"] is not None:
+        if not isinstance(x, Ref) or a["out"] is not None:
             return None
         if ir.dtypes[x] != "float32" or not ir.shapes[x]:
             return None
-        norm = b("norm", torch.norm, x, 2, dim, True)
+        norm = _vector_norm(b, x, float(a["p"]), dim, True) or b("norm", torch.norm, x, 2, dim, True)
         return b("div", torch.div, x, b("clamp_min", torch.clamp_min, norm, float(a["eps"])))
     if name in ("pixel_shuffle", "pixel_unshuffle"):
         return _pixel_shuffle(ir, b, a, name == "pixel_shuffle")
     if name == "interpolate":
-        if a["mode"] in ("linear", "bilinear", "bicubic"):
+        if a["mode"] in ("linear", "bilinear", "bicubic", "trilinear"):
             return _linear_upsample(ir, b, a)
+        if a["mode"] == "area" and a["size"] is not None and not a["antialias"]:
+            return _area(ir, b, a["input"], a["size"])
         return _nearest_upsample(ir, b, a)
     if name == "pairwise_distance":
         return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
@@ -225,8 +259,14 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return _reduce_loss(b, b("clamp_min", torch.clamp_min, gap, 0.0), a["reduction"])
     if name == "cosine_similarity":
         x1, x2 = a["x1"], a["x2"]
-        if ir.shapes[x1] != ir.shapes[x2] or ir.dtypes[x1] != "float32":
+        s1, s2 = ir.shapes[x1], ir.shapes[x2]
+        if len(s1) != len(s2) or ir.dtypes[x1] != "float32" or ir.dtypes[x2] != "float32":
             return None
+        if any(p != q and 1 not in (p, q) for p, q in zip(s1, s2, strict=True)):
+            return None
+        dim = int(a["dim"]) % max(len(s1), 1)
+        if s1[dim] != s2[dim]:
+            return None  # a broadcast along the reduced dim changes the norms
         dim, eps = int(a["dim"]), float(a["eps"])
         n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, True), eps)
         n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, True), eps)
@@ -431,11 +471,12 @@ def _per_dim(value: Any, nd: int) -> list[Any]:
 
 
 def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='nearest')`` by whole powers of two over the trailing 1-3 dims: each
-    input element repeated, as an expanded view and one copy. A power of two keeps PyTorch's
-    source index ``floor(i * (1 / s))`` exact in float32; other modes and factors stay."""
+    """``interpolate(mode='nearest')`` by whole powers of two, or ``'nearest-exact'`` by any
+    whole factor, over the trailing 1-3 dims: each input element repeated, as an expanded view
+    and one copy. A power of two keeps PyTorch's source index ``floor(i * (1 / s))`` exact in
+    float32; other modes and factors stay."""
     x = a["input"]
-    if not isinstance(x, Ref) or a["mode"] != "nearest" or a["antialias"]:
+    if not isinstance(x, Ref) or a["mode"] not in ("nearest", "nearest-exact") or a["antialias"]:
         return None
     shape = ir.shapes[x]
     nd = len(shape) - 2
@@ -454,7 +495,9 @@ def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | No
         factors = [int(f) for f in given]
     else:
         return None
-    if any(f < 1 or f & (f - 1) for f in factors):
+    # nearest-exact's index floor((i + 0.5) / s) is i // s for every whole factor: the half
+    # keeps it clear of the rounding that a bare i / s meets
+    if any(f < 1 or (f & (f - 1) and a["mode"] == "nearest") for f in factors):
         return None
     lead = list(shape[:2])
     split = [*lead, *(d for i in spatial for d in (i, 1))]
@@ -465,15 +508,24 @@ def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | No
     return b("view", "view", copied, *out)
 
 
+def _area(ir: ProgramIR, b: _Builder, x: Any, size: Any) -> Ref | None:
+    """``interpolate(mode='area')`` to a given size: PyTorch's adaptive average pooling."""
+    nd = len(ir.shapes[x]) - 2 if isinstance(x, Ref) else 0
+    if nd not in (1, 2, 3):
+        return None
+    pool = getattr(torch.nn.functional, f"adaptive_avg_pool{nd}d")
+    return b(f"adaptive_avg_pool{nd}d", pool, x, _per_dim(size, nd))
+
+
 def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='linear' | 'bilinear' | 'bicubic')``: per resized dim, two gathers of
+    """``interpolate(mode='linear' | 'bilinear' | 'trilinear' | 'bicubic')``: per resized dim, two gathers of
     the input along it (four for bicubic) and a blend, with source indices and weights computed
     as PyTorch computes them (in float32) and baked; the last dim first, as PyTorch blends."""
     x = a["input"]
     if not isinstance(x, Ref) or a["antialias"] or ir.dtypes[x] != "float32":
         return None
     shape = ir.shapes[x]
-    nd = {"linear": 1, "bilinear": 2, "bicubic": 2}[a["mode"]]
+    nd = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}[a["mode"]]
     if len(shape) != nd + 2:
         return None
     spatial = shape[2:]
