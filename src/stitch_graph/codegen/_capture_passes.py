@@ -59,12 +59,15 @@ def _insert_copies(ir: ProgramIR) -> None:
                 needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
             if needs and node.op in _RESHAPES:
                 needs = not _views_in_place(ir, src, node.shape)
-            if needs:
+            shape = ir.shapes[src] if isinstance(src, Ref) else ()
+            gemm = info is not None and info.kind == "gemm"
+            grown = _batch_broadcast(node, shape) if gemm else None
+            if needs or grown:
                 name = f"{node.name}_{key}"
-                shape = ir.shapes[src]
-                copy = OpNode(
-                    name, "copy", {"input": src}, shape, ir.dtypes[src], ".contiguous", [src]
-                )
+                shape = grown or shape
+                # left to PyTorch, the copy must still have the broadcast shape
+                call = f".expand({', '.join(map(str, shape))}).contiguous" if grown else ".contiguous"
+                copy = OpNode(name, "copy", {"input": src}, shape, ir.dtypes[src], call, [src])
                 new_nodes.append(copy)
                 ref = Ref("node", name)
                 ir.shapes[ref] = shape
@@ -75,6 +78,20 @@ def _insert_copies(ir: ProgramIR) -> None:
         new_nodes.append(node)
     ir.nodes = new_nodes
     _relayout_views(ir)
+
+
+def _batch_broadcast(node: OpNode, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape a batched GEMM operand is copied to when its batch dims broadcast against
+    the other's only in part, (2, 1, M, K) against (3, K, N), which no single batch stride of
+    a strided-batched GEMM can read; ``None`` when it is read as it lies (batch dims all ones,
+    or the result's)."""
+    if node.op in ("linear", "addmm") or len(shape) < 2 or len(node.shape) < 2:
+        return None
+    batch = tuple(node.shape[:-2])
+    own = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
+    if all(d == 1 for d in own) or own == batch:
+        return None
+    return (*batch, *shape[-2:])
 
 
 def _feeds_one_row_kernel(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> bool:
