@@ -180,7 +180,7 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "cosine_similarity_broadcast": (_problem("F.cosine_similarity(x.unsqueeze(1), y.unsqueeze(0), dim=-1)", f"{R}(6, 10), {R}(5, 10)", params="x, y"), None),  # noqa: E501
     "normalize_p_norms": (_problem("F.normalize(x, p=1, dim=-1) + F.normalize(x, p=float('inf'), dim=0) + F.normalize(x, p=3)", f"{R}(6, 10)"), None),  # noqa: E501
     "interpolate_area_trilinear_nearest_exact": (_problem("F.interpolate(x, size=(2, 3, 2), mode='area').sum() + F.interpolate(x, scale_factor=2, mode='trilinear').sum() + F.interpolate(x, scale_factor=3, mode='nearest-exact')[:, :, :4, :5, :6]", f"{R}(2, 3, 4, 5, 6)"), None),  # noqa: E501
-    "matmul_batches_broadcast_in_part": (_problem("(x @ y) + torch.matmul(w, x.transpose(-1, -2)).sum()", f"{R}(2, 1, 5, 7), {R}(3, 7, 4), {R}(3, 4, 5)", params="x, y, w"), None),  # noqa: E501
+    "matmul_batches_broadcast_in_part": (_problem("(x @ y) + torch.matmul(w, x.transpose(-1, -2)).sum()", f"{R}(2, 1, 5, 7), {R}(3, 7, 4), {R}(3, 4, 7)", params="x, y, w"), None),  # noqa: E501
     "einsum_broadcast_matmul": (_problem("torch.einsum('bijl,lk->bijk', x, w)", f"{R}(2, 3, 4, 5), {R}(5, 6)", params="x, w"), None),  # noqa: E501
     "einsum_transposed": (_problem("torch.einsum('bij,bkj->bik', x, y)", f"{R}(2, 3, 10), {R}(2, 4, 10)", params="x, y"), None),  # noqa: E501
     "inverted_bool_mask": (_problem("x.masked_fill(~(x > 0.5), 0.0) * 2.0", f"{R}(6, 40)"), None),  # noqa: E501
