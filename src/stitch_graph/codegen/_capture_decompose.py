@@ -518,8 +518,8 @@ def _area(ir: ProgramIR, b: _Builder, x: Any, size: Any) -> Ref | None:
 
 
 def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='linear' | 'bilinear' | 'trilinear' | 'bicubic')``: per resized dim, two gathers of
-    the input along it (four for bicubic) and a blend, with source indices and weights computed
+    """``interpolate(mode='linear' | 'bilinear' | 'trilinear' | 'bicubic')``: per resized dim,
+    two gathers of the input along it (four for bicubic) and a blend, with source indices and weights computed
     as PyTorch computes them (in float32) and baked; the last dim first, as PyTorch blends."""
     x = a["input"]
     if not isinstance(x, Ref) or a["antialias"] or ir.dtypes[x] != "float32":

@@ -4,10 +4,11 @@ on the data.
 ``loss[mask].mean()``, ``x[x > 0].sum()``, ``torch.masked_select(x, m).sum()`` or a masked mean
 over rows (``feats[keep].mean(0)``) select a number of elements known only at run time, so
 shape propagation on meta tensors stops there and the whole problem failed to capture. Where
-every use of the selection is a sum or a mean over everything, or over the selected dim, the
-selection is the same as the masked tensor with zeros elsewhere, and a mean divides by the
-mask's count: ``x[m].mean()`` is ``where(m, x, 0).sum() / (m.sum() * rest)``. An empty mask
-gives PyTorch's results: a zero sum, a NaN mean.
+every use of the selection is a sum, mean, max or min over everything (or a sum, mean, amax or
+amin over the selected dim), the selection is the same as the masked tensor with the other
+elements filled (zero, or an infinity for max and min), and a mean divides by the mask's
+count: ``x[m].mean()`` is ``where(m, x, 0).sum() / (m.sum() * rest)``. An empty mask gives
+PyTorch's results: a zero sum, a NaN mean.
 
 The rewrite is made where propagation stopped, with the shapes of the values before it, and
 propagation runs again.
