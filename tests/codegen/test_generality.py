@@ -262,7 +262,7 @@ def test_unknown_ops_stay_in_pytorch_declared(tmp_path: Path) -> None:
     [
         "F.interpolate(x, scale_factor=3)",  # floor(i * (1 / 3)) is not exact in float32
         "F.interpolate(x, scale_factor=2, mode='bicubic', antialias=True)",
-        "F.normalize(x, p=1.0, dim=1)",
+        "F.interpolate(x, scale_factor=1.5, mode='nearest-exact')",  # no whole factor
     ],
 )
 def test_calls_a_decomposition_does_not_reproduce_stay_in_pytorch(call: str, tmp_path: Path) -> None:  # noqa: E501
