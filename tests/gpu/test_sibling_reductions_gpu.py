@@ -12,7 +12,7 @@ import pytest
 
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 from tests.codegen.test_sibling_reductions import _source
-from tests.gpu.test_codegen_layouts_gpu import _on_the_gpu
+from tests.gpu.test_codegen_layouts_gpu import _matched_then_timed
 
 pytestmark = pytest.mark.gpu
 
@@ -36,10 +36,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_siblings_match_pytorch_and_beat_a_kernel_each(case: str) -> None:
-    import torch
-
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
-    from stitch_graph.execution.timing import time_cuda
     from stitch_graph.task import load_task
 
     body, shape, count, accumulator, least = CASES[case]
@@ -49,19 +46,6 @@ def test_siblings_match_pytorch_and_beat_a_kernel_each(case: str) -> None:
     apart = emit_candidate(ir, plan_program(ir), tuning=Tuning(default=KernelTuning(fuse=False)))
     assert accumulator in joined.kernel_source
     assert "SgPair" not in apart.kernel_source.split("sg_warp_reduce")[-1]
-    namespace, reference, model = _on_the_gpu(source, joined)
-    _, _, unfused = _on_the_gpu(source, apart)
-    with torch.no_grad():
-        for seed in range(3):
-            torch.manual_seed(seed)
-            inputs = [x.cuda() for x in namespace["get_inputs"]()]
-            expected = reference(*inputs)
-            torch.testing.assert_close(model(*inputs), expected, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(unfused(*inputs), expected, rtol=1e-4, atol=1e-4)
-        turns = [
-            [time_cuda(lambda m=m: m(*inputs), runs=20)["median_ms"] for m in (model, unfused)]
-            for _ in range(3)
-        ]
-    ours, theirs = (min(column) for column in zip(*turns, strict=True))
+    ours, theirs = _matched_then_timed(source, joined, apart)
     print(f"{case}: siblings {ours:.3f} ms, a kernel each {theirs:.3f} ms ({theirs / ours:.2f}x)")
     assert theirs >= least * ours

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.codegen.test_capture_norms import _source
-from tests.gpu.test_codegen_layouts_gpu import _on_the_gpu
+from tests.gpu.test_codegen_layouts_gpu import _matched_then_timed
 
 pytestmark = pytest.mark.gpu
 
@@ -83,28 +83,11 @@ def _without_recognition(module: Any, build: Callable[[], Any]) -> Any:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_new_layout_matches_pytorch_and_beats_the_old(case: str) -> None:
-    import torch
-
-    from stitch_graph.execution.timing import time_cuda
-
     body, shape, knobs, least = CASES[case]
     source = _source(body, shape)
     new = _program(source, None)
     old = _program(source, knobs, recognise=knobs is not None)
     assert new.kernel_source != old.kernel_source
-    namespace, reference, model = _on_the_gpu(source, new)
-    _, _, before = _on_the_gpu(source, old)
-    with torch.no_grad():
-        for seed in range(3):
-            torch.manual_seed(seed)
-            inputs = [x.cuda() for x in namespace["get_inputs"]()]
-            expected = reference(*inputs)
-            torch.testing.assert_close(model(*inputs), expected, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(before(*inputs), expected, rtol=1e-4, atol=1e-4)
-        turns = [
-            [time_cuda(lambda m=m: m(*inputs), runs=20)["median_ms"] for m in (model, before)]
-            for _ in range(3)
-        ]
-    ours, theirs = (min(column) for column in zip(*turns, strict=True))
+    ours, theirs = _matched_then_timed(source, new, old)
     print(f"{case}: new {ours:.3f} ms, old layout {theirs:.3f} ms ({theirs / ours:.2f}x)")
     assert theirs >= least * ours
