@@ -161,13 +161,10 @@ class _Window:
         elements, and a thread loads their span once, as float4s (``_pool_sliding``)."""
         if self.adaptive or self.st[-1] != 1 or self.isp[-1] % 4 or self.osp[-1] < 4:
             return False
-        if not self.is_max and (self.args.get("divisor_override") or not self._counts_padding):
+        counts_padding = self.args.get("count_include_pad", True)
+        if not self.is_max and (self.args.get("divisor_override") or not counts_padding):
             return False
         return tuple(ir.strides[x]) == contiguous_strides(tuple(ir.shapes[x]))
-
-    @property
-    def _counts_padding(self) -> bool:
-        return bool(self.args.get("count_include_pad", True))
 
     def staged_outputs(self, block: int) -> int:
         """Outputs of one row a staged block computes (0: not worth staging).
@@ -396,7 +393,6 @@ class _PoolScanEmitter(_SortEmitter):
         it = "long long" if big else "int"
         args = _Args(ir)
         a = args.param(x)
-        fill = "-SG_INF" if win.is_max else "0.f"  # padding: the fold's identity
         windows, loops, count, size = win.dims(last)  # the outer dims, as the scalar kernel
         row_offset = " + ".join(
             f"c{j} * {numel(win.isp[j + 1:])}" for j in range(last)
@@ -412,8 +408,8 @@ class _PoolScanEmitter(_SortEmitter):
             "    r[4 * u] = f.x; r[4 * u + 1] = f.y; r[4 * u + 2] = f.z; r[4 * u + 3] = f.w;",
             "  } else {",
             "    #pragma unroll",
-            "    for (int l = 0; l < 4; ++l)",
-            f"      r[4 * u + l] = (c + l >= 0 && c + l < {length}) ? {a}[at + c + l] : {fill};",
+            "    for (int l = 0; l < 4; ++l)",  # padding reads as the fold's identity
+            f"      r[4 * u + l] = (c + l >= 0 && c + l < {length}) ? {a}[at + c + l] : {win.init};",
             "  }",
             "}",
             "#pragma unroll",
