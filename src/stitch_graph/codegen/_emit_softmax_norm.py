@@ -72,9 +72,6 @@ def _row_mode(tun: KernelTuning, length: int) -> str:
 
 _THREAD_ROWS = 16384  # strided rows a thread each: enough of them to fill an H200's SMs
 _THREAD_ROW_LENGTH = 32  # at most this many values a thread, held in registers
-# a split row op's write pass: several of a thread's loads in flight before its stores (one at
-# a time, 2048 threads an SM keep 32 KB in flight, about what an H200 needs to stream)
-_WRITE_UNROLL = "#pragma unroll 4"
 
 
 def _thread_per_row(tun: KernelTuning, length: int, rows: int, contiguous: bool) -> bool:
@@ -772,7 +769,6 @@ class _SoftmaxNormEmitter(_EmitterBase):
             reduce,
             f"  if (r >= {rows}) return;",
             *(f"  {line}" for line in pas.stats),
-            _WRITE_UNROLL,
             *(f"  {line}" for line in pas.write_loop(*span)),
             "}",
         ]
@@ -823,7 +819,6 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 "acc.combine(parts[j]);",
                 "  acc = sg_block_reduce(acc);",
                 *(f"  {line}" for line in pas.stats),
-                _WRITE_UNROLL,
                 *(f"  {line}" for line in pas.write_loop(*span)),
                 "}",
             ]
