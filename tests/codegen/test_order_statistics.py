@@ -1,8 +1,8 @@
 """Sorting and the order statistics read from it (``topk``, ``kthvalue``, ``median``,
 ``quantile``, ``msort``, ``argsort``): generated as one bitonic sort per line and matching
-PyTorch's values and indices in the CPU emulation, NaN, infinities and signed zeros included;
-``median``'s indices, and lines too long for one block's shared memory, stay in PyTorch,
-declared."""
+PyTorch's values and indices in the CPU emulation, NaN, infinities and signed zeros included.
+``topk`` of lines too long to sort in a block is a radix select of the k-th key. ``median``'s
+indices, and other lines too long for one block's shared memory, stay in PyTorch, declared."""
 
 from __future__ import annotations
 
@@ -60,6 +60,29 @@ def test_the_order_statistic_is_generated_and_matches_pytorch(
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
+WIDE_TOPK = [
+    # a sampler's top-k filter over a vocabulary: the k-th value of 32000, a prologue fused
+    ("torch.softmax(x.masked_fill(x < torch.topk(x / 0.8, 50, dim=-1)[0][:, [-1]] * 0.8, -float('inf')), -1)", "4, 32000"),  # noqa: E501
+    # values and positions (positions above 4096 keys): NaN and infinities rank as in PyTorch
+    ("torch.topk(x, 7, dim=1)[0] * 2 + torch.topk(x, 7, dim=1)[1].float()", "4, 9000"),
+    ("torch.topk(x, 5, dim=0, largest=False)[0] - 1", "9000, 3"),  # strided lines, the smallest
+    ("torch.topk(torch.relu(x).round(), 40, dim=-1)[0]", "3, 10000"),  # thousands of ties
+    ("torch.topk(x.reshape(2, -1), 2048, dim=1).values.sum(1)", "2, 5, 1700"),  # the most k
+    ("torch.topk(x, 1, dim=-1).indices + 1", "3, 70000"),  # a line of 17 position bits
+]
+
+
+@pytest.mark.parametrize(("expr", "shape"), WIDE_TOPK)
+def test_topk_of_a_long_line_is_a_radix_select_and_matches_pytorch(
+    expr: str, shape: str, tmp_path: Path
+) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr, shape=shape))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert "radix select" in program.kernel_source
+    assert "bitonic" not in program.kernel_source  # the line itself is never sorted
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
 @pytest.mark.parametrize(
     ("expr", "left"),
     [
@@ -67,6 +90,7 @@ def test_the_order_statistic_is_generated_and_matches_pytorch(
         ("torch.topk(x, 3, dim=-1, sorted=False)[0]", "topk"),  # an order PyTorch leaves open
         ("torch.sort(x.flatten(), dim=0)[0]", "sort"),  # 12000 keys: more than a block holds
         ("torch.argsort(x.reshape(2, 6000), dim=1).float() * 2", "argsort"),  # 6000 with positions
+        ("torch.topk(x.flatten(), 3000)[0]", "topk"),  # k over MAX_TOPK
     ],
 )
 def test_what_the_sort_cannot_reproduce_stays_in_pytorch(expr: str, left: str) -> None:

@@ -1,7 +1,7 @@
 """Scatters: ``scatter_add``, ``index_add`` (repeated indices, ``alpha``) and ``scatter`` of a
-value, as a copy of the input and a thread per source element; each fully generated and
-matching PyTorch in the CPU emulation. A scatter of a tensor stays in PyTorch (its order where
-indices repeat is PyTorch's to choose), as do indices that are not int64."""
+value or a tensor (float or bool), as a copy of the input and a thread per source element; each
+fully generated and matching PyTorch in the CPU emulation. A scatter's ``reduce`` argument and
+indices that are not int64 stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -35,6 +35,14 @@ EXPRS = [
     "x.index_add(3, torch.tensor([0, 5, 5]), y[..., :3], alpha=0.5) + 1",
     "x.index_add(0, torch.tensor([2, 0]), y[:2])",
     f"x.scatter(2, {_INDEX}.clamp(max=5), 1.5) + x.scatter(3, {_INDEX}, value=-2.0)",
+    # unique indices along the dim (a permutation, topk's): every order of stores agrees
+    "torch.zeros_like(x).scatter(3, y.argsort(dim=3), x) - 1",
+    "torch.zeros_like(x).scatter(-1, y.topk(3, dim=-1)[1], y.topk(3, dim=-1)[0].softmax(-1))",
+    # repeated indices whose values agree: a gather, changed, and scattered back
+    f"x.scatter(3, {_INDEX}, x.gather(3, {_INDEX}) * 2)",
+    # a bool mask scattered, and a bool value
+    "x.masked_fill((x > 0).scatter(1, y.argsort(dim=1), y > 0.5), 0.0)",
+    f"x.masked_fill((x > 0).scatter(3, {_INDEX}, False), -1.0)",
 ]
 
 
@@ -47,7 +55,7 @@ def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    "expr", [f"x.scatter(3, {_INDEX}, y)", f"x.scatter_add(3, {_INDEX}.int(), y)"]
+    "expr", [f"x.scatter(3, {_INDEX}, y, reduce='add')", f"x.scatter_add(3, {_INDEX}.int(), y)"]
 )
 def test_a_scatter_it_cannot_reproduce_stays_in_pytorch(expr: str) -> None:
     _, program = generate_checked(_PROBLEM.format(expr=expr))

@@ -20,6 +20,11 @@ class _Builder:
         self.ir, self.ours, self.name, self.count = ir, ours, name, 0
 
     def __call__(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Ref:
+        return self.element(0, op, fn, *args, **kwargs)
+
+    def element(self, element: int, op: str, fn: Any, *args: Any, **kwargs: Any) -> Ref:
+        """A node for ``op``; where ``fn`` returns a tuple (values, indices), the node is its
+        ``element`` (PyTorch's call, where the op stays there, is indexed the same)."""
         meta_args = _to_meta(list(args), self.ours)
         meta_kwargs = _to_meta(dict(kwargs), self.ours)
         if isinstance(fn, str):
@@ -28,8 +33,8 @@ class _Builder:
         else:
             meta = fn(*meta_args, **meta_kwargs)
             call = _qualname(fn)
-        first = isinstance(meta, tuple)  # (values, indices): the node is the values
-        meta = meta[0] if first else meta
+        pair = isinstance(meta, tuple)
+        meta = meta[element] if pair else meta
         self.count += 1
         name = f"{self.name}__{self.count}"
         info = lookup(op)
@@ -42,8 +47,8 @@ class _Builder:
             bound = {"input": args[0], "shape": rest[0] if len(rest) == 1 else rest}
         dtype = str(meta.dtype).removeprefix("torch.")
         node = OpNode(name, op, bound, tuple(meta.shape), dtype, call, list(args), dict(kwargs))
-        if first:
-            node.attrs["first_of_tuple"] = True  # in PyTorch, the call's first result
+        if pair:
+            node.attrs["tuple_element"] = element
         self.ir.nodes.append(node)
         ref = Ref("node", name)
         layout = meta if info.kind == "view" else torch.empty(meta.shape, dtype=meta.dtype, device="meta")  # noqa: E501

@@ -3,10 +3,12 @@
 and pointwise ops of the result.
 
 Each reads the sorted line at fixed positions, so one kernel (``_emit_sort``) covers them all.
-Indices are generated for ``sort``, ``argsort``, ``topk`` and ``kthvalue`` (lines under
+Indices are generated for ``sort``, ``argsort``, ``topk`` and ``kthvalue`` (lines up to
 ``MAX_ARGSORT_LINE``); ties keep their order, which is ``stable=True``'s order and one of the
-orders PyTorch's unstable sort may give. ``median``'s indices, lines of ``MAX_SORT_LINE``
-elements or more and ``topk(sorted=False)``, whose order PyTorch leaves open, stay in PyTorch.
+orders PyTorch's unstable sort may give. ``topk`` of longer lines selects its ``k`` (up to
+``MAX_TOPK``) without sorting the line (``topk_values``, ``topk_indices``). ``median``'s
+indices, other lines longer than ``MAX_SORT_LINE`` and ``topk(sorted=False)``, whose order
+PyTorch leaves open, stay in PyTorch.
 ``median`` and ``quantile`` propagate NaN as PyTorch does: sorted, a line's NaNs come last.
 """
 
@@ -20,7 +22,7 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_builder import _Builder
-from stitch_graph.codegen._emit_sort import MAX_ARGSORT_LINE, MAX_SORT_LINE
+from stitch_graph.codegen._emit_sort import MAX_ARGSORT_LINE, MAX_SORT_LINE, MAX_TOPK
 from stitch_graph.codegen.ir import ProgramIR, Ref
 
 ORDER_SIGNATURES = {
@@ -70,7 +72,9 @@ def order_statistic(
     dim = int(dim) % len(ir.shapes[x])
     length = ir.shapes[x][dim]
     indices = indices or name == "argsort"
-    if not 0 < length < (MAX_ARGSORT_LINE if indices else MAX_SORT_LINE):
+    if name == "topk" and length > (MAX_ARGSORT_LINE if indices else MAX_SORT_LINE):
+        return _selected(ir, b, x, dim, a, indices)
+    if not 0 < length <= (MAX_ARGSORT_LINE if indices else MAX_SORT_LINE):
         return None
     descending = bool(a.get("descending", False) or (name == "topk" and a["largest"]))
     values = _sorted(ir, b, x, dim, descending, "sort_values", torch.sort)
@@ -110,6 +114,20 @@ def order_statistic(
     if whole and keepdim:
         return b("view", "view", result, *([1] * len(shape)))
     return result
+
+
+def _selected(
+    ir: ProgramIR, b: _Builder, x: Ref, dim: int, a: dict[str, Any], indices: bool
+) -> tuple[Ref, Ref | None] | None:
+    """``topk`` of lines too long to sort in a block: its values, or its positions and the
+    values gathered at them (one selection where both are read)."""
+    k, largest = int(a["k"]), bool(a["largest"])
+    if not a["sorted"] or not 0 < k <= MAX_TOPK:
+        return None
+    if not indices:
+        return b.element(0, "topk_values", torch.topk, x, k, dim, largest), None
+    order = b.element(1, "topk_indices", torch.topk, x, k, dim, largest)
+    return b("gather", torch.gather, x, dim, order), order
 
 
 def _sorted(

@@ -476,6 +476,8 @@ class _PoolScanEmitter(_SortEmitter):
         node = ir.node(g.anchor or "")
         if node.op in ("sort_values", "sort_indices"):
             return self.sort_lines(g, kernel, tun)
+        if node.op in ("topk_values", "topk_indices"):
+            return self.top_lines(g, kernel, tun)
         x: Ref = node.args["input"]
         xs = ir.shapes[x]
         dim = int(node.args["dim"]) % max(len(xs), 1)

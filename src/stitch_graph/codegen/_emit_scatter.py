@@ -1,11 +1,12 @@
-"""Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value): the input copied into the
-output, then a thread per source element adding (``atomicAdd``) or storing into the position
-its index names along ``dim``.
+"""Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value or a tensor): the input
+copied into the output, then a thread per source element adding (``atomicAdd``) or storing into
+the position its index names along ``dim``.
 
 Float atomics add in whatever order threads arrive, as PyTorch's CUDA kernels do, so sums agree
-to rounding. A scatter of a tensor stores in an order PyTorch leaves open where indices repeat,
-so only a scalar value is generated. Indices outside the dim write nothing (PyTorch raises).
-``_ScatterEmitter`` is a mixin of ``emit._Emitter``.
+to rounding. Stores race where indices repeat, as PyTorch's do (its CUDA result is then one of
+the writes, unspecified): indices that are unique along the dim (``topk``'s, a permutation) or
+repeats that carry equal values give PyTorch's result exactly. Indices outside the dim write
+nothing (PyTorch raises). ``_ScatterEmitter`` is a mixin of ``emit._Emitter``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 
 from stitch_graph.codegen._emit_base import (
+    _CTYPE,
     _MAX_GRID,
     _TORCH_DTYPE,
     _Args,
@@ -52,13 +54,14 @@ class _ScatterEmitter(_EmitterBase):
         dim = int(node.args["dim"]) % max(len(shape), 1)
         index: Ref = node.args["index"]
         block = min(tun.block_size, 1024)
+        ctype = _CTYPE[node.dtype]
         total = numel(shape)
         copy_args = _Args(ir)
         loaded = copy_args.load(x, shape, "i")
         copy = [
             f"// {node.op}: the input copied into the output first",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_copy('
-            f"{copy_args.signature(['float* __restrict__ out'])}) {{",
+            f"{copy_args.signature([f'{ctype}* __restrict__ out'])}) {{",
             f"  for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {total}; "
             f"i += (long long)gridDim.x * {block}) {{",
             f"    out[i] = {loaded};",
@@ -86,6 +89,8 @@ class _ScatterEmitter(_EmitterBase):
             src = node.args["src"] if node.args.get("src") is not None else node.args["value"]
             if isinstance(src, Ref):
                 value = f"{args.param(src)}[{_at(ir.strides[src], coords)}]"
+            elif node.dtype == "bool":
+                value = "true" if src else "false"
             else:
                 value = _literal(float(src))
             write = "atomicAdd(&out[o], v);" if node.op == "scatter_add" else "out[o] = v;"
@@ -94,14 +99,14 @@ class _ScatterEmitter(_EmitterBase):
             f"// {node.op} along dim {dim}: a thread per source element, "
             + ("atomicAdd" if "atomicAdd" in write else "a store"),
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-            f"{args.signature(['float* __restrict__ out'])}) {{",
+            f"{args.signature([f'{ctype}* __restrict__ out'])}) {{",
             f"  for (long long e = (long long)blockIdx.x * {block} + threadIdx.x; e < {count}; "
             f"e += (long long)gridDim.x * {block}) {{",
             *(f"    {line}" for line in _coords("e", space)),
             f"    const long long j = {j};",
             f"    if (j < 0 || j >= {shape[dim]}) continue;",
             f"    const long long o = {_at(out_strides, target)};",
-            f"    const float v = {value};",
+            f"    const {ctype} v = {value};",
             f"    {write}",
             "  }",
             "}",
@@ -113,7 +118,7 @@ class _ScatterEmitter(_EmitterBase):
         py = ", ".join([*(_py(r) for r in args.refs), node.name])
         return [
             f"{node.name} = torch.empty({list(shape)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE['float32']})",
+            f"dtype={_TORCH_DTYPE[node.dtype]})",
             f"KERNELS.{kernel}_copy({copy_grid}, {block}, {copy_py})",
             f"KERNELS.{kernel}({grid}, {block}, {py})",
         ]

@@ -5,8 +5,8 @@ in shared memory.
 sort and a view or a few pointwise ops of its result, so one kernel covers them all. Floats are
 sorted as unsigned keys whose order is the float order with NaN last (first when descending), so
 the values match ``torch.sort``'s, NaN included. For indices each key carries its position in
-its low 32 bits: ties keep their order, as a stable sort does. Lines of ``MAX_SORT_LINE``
-elements or more (``MAX_ARGSORT_LINE`` with indices) stay in PyTorch. ``_SortEmitter`` is a
+its low 32 bits: ties keep their order, as a stable sort does. Lines longer than
+``MAX_SORT_LINE`` elements (``MAX_ARGSORT_LINE`` with indices) stay in PyTorch. ``_SortEmitter`` is a
 mixin of ``emit._Emitter``.
 """
 
@@ -20,6 +20,7 @@ from stitch_graph.codegen.tuning import KernelTuning
 
 MAX_SORT_LINE = 8192  # keys a block holds in shared memory: 32 KiB of the static 48 KiB
 MAX_ARGSORT_LINE = 4096  # keys with their positions: 8 bytes each
+MAX_TOPK = 2048  # a topk of a longer line holds its k keys with positions: 16 KiB
 
 
 def _key(value: str, descending: bool, *, signed_zero: bool = True) -> list[str]:
@@ -42,6 +43,23 @@ def _value(key: str, descending: bool) -> str:
     """The float whose key is ``key`` (the inverse of ``_key``)."""
     k = f"(~{key})" if descending else key
     return f"__uint_as_float(({k} & 0x80000000u) ? ({k} & 0x7FFFFFFFu) : ~{k})"
+
+
+def _bitonic(keys: str, key_t: str, padded: int, threads: int) -> list[str]:
+    """Lines sorting the ``padded`` (a power of two) keys of shared array ``keys`` ascending:
+    the bitonic network, a barrier per stage."""
+    return [
+        f"    for (int size = 2; size <= {padded}; size <<= 1) {{",
+        "      for (int stride = size >> 1; stride > 0; stride >>= 1) {",
+        f"        for (int t = threadIdx.x; t < {padded // 2}; t += {threads}) {{",
+        "          const int lo = ((t & ~(stride - 1)) << 1) | (t & (stride - 1));",
+        f"          const {key_t} a = {keys}[lo], c = {keys}[lo + stride];",
+        f"          if ((a > c) == ((lo & size) == 0)) {{ {keys}[lo] = c; {keys}[lo + stride] = a; }}",
+        "        }",
+        "        __syncthreads();",
+        "      }",
+        "    }",
+    ]
 
 
 class _SortEmitter(_EmitterBase):
@@ -97,16 +115,7 @@ class _SortEmitter(_EmitterBase):
             "      keys[k] = slot;",
             "    }",
             "    __syncthreads();",
-            f"    for (int size = 2; size <= {padded}; size <<= 1) {{",
-            "      for (int stride = size >> 1; stride > 0; stride >>= 1) {",
-            f"        for (int t = threadIdx.x; t < {padded // 2}; t += {threads}) {{",
-            "          const int lo = ((t & ~(stride - 1)) << 1) | (t & (stride - 1));",
-            f"          const {key_t} a = keys[lo], c = keys[lo + stride];",
-            "          if ((a > c) == ((lo & size) == 0)) { keys[lo] = c; keys[lo + stride] = a; }",
-            "        }",
-            "        __syncthreads();",
-            "      }",
-            "    }",
+            *_bitonic("keys", key_t, padded, threads),
             f"    for (int k = threadIdx.x; k < {length}; k += {threads}) {{",
             f"      const {index} i = b + ({index})k * {inner};",
             f"      const {'long long' if indices else 'float'} v_{node.name} = {stored};",
@@ -114,6 +123,119 @@ class _SortEmitter(_EmitterBase):
             f"      out[i] = {post_env[out.name]};",
             "    }",
             "    __syncthreads();  // the next line reuses the keys",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(lines_n, _MAX_GRID))
+        return self._add_kernel(src, kernel, grid, threads, args, out)
+
+    def top_lines(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """The ``k`` best keys of each line, in order (``topk_values``, ``topk_indices``), for
+        lines too long to sort in one block.
+
+        A block per line finds the k-th key by radix select: each pass histograms one 8-bit
+        digit of the 64-bit keys (the float's key, then its position) over the line's elements
+        that match the digits found so far, and a warp picks the digit holding the k-th; it
+        stops once that digit's elements are all wanted. The k keys at or below the prefix are
+        then gathered into shared memory, sorted, and stored. Keys carry their positions, so
+        ties go to the first position, as in PyTorch, and exactly k keys are gathered."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        xs = ir.shapes[x]
+        dim = int(node.args["dim"]) % max(len(xs), 1)
+        k = int(node.args["k"])
+        largest = bool(node.args.get("largest", True))
+        indices = node.op == "topk_indices"
+        length, inner, lines_n, base = _line_layout(xs, dim)
+        _, out_inner, _, out_base = _line_layout(tuple(node.shape), dim)
+        padded = 1 << max(1, math.ceil(math.log2(max(k, 2))))
+        threads = max(64, min(tun.block_size, 1024))
+        index = "long long" if numel(xs) >= 2**31 else "int"
+        out = ir.node(g.output)
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre = self.exprs(g.prologue, xs, "i", env, args)
+        value = self.value_of(x, xs, "i", env, args)
+        post_env = {node.name: f"v_{node.name}"}
+        post = self.exprs(g.epilogue, tuple(node.shape), "i", post_env, args)
+        otype = _CTYPE.get(out.dtype, "float")
+        # the position's digits: only those its largest value reaches
+        shifts = [56, 48, 40, 32, *(s for s in (24, 16, 8, 0) if s == 0 or (length - 1) >> s)]
+        load = [
+            f"        const {index} i = b + ({index})e * {inner};",
+            "        unsigned int key;",
+            *(f"        {line}" for line in pre),
+            *(f"        {line}" for line in _key(value, largest, signed_zero=not indices)),
+            "        const unsigned long long full = ((unsigned long long)key << 32) | (unsigned int)e;",  # noqa: E501
+        ]
+        stored = "(long long)(sel[j] & 0xFFFFFFFFull)" if indices else _value("(unsigned int)(sel[j] >> 32)", largest)  # noqa: E501
+        src = [
+            f"// topk ({'largest' if largest else 'smallest'} {k}{', positions' if indices else ''}) "
+            f"of {length} element(s) in {lines_n} line(s): a block per line, radix select of the "
+            f"k-th key, the {k} keys sorted in shared memory",
+            f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            "  __shared__ unsigned int hist[256];",
+            f"  __shared__ unsigned long long sel[{padded}];",
+            "  __shared__ unsigned long long s_prefix;",
+            "  __shared__ unsigned int s_need, s_done, s_count;",
+            f"  const int shifts[{len(shifts)}] = {{{', '.join(map(str, shifts))}}};",
+            f"  for ({index} r = blockIdx.x; r < {lines_n}; r += gridDim.x) {{",
+            f"    const {index} b = {base};",
+            "    unsigned long long prefix = 0ull, mask = 0ull;",
+            f"    unsigned int need = {k};",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {len(shifts)}; ++p) {{",
+            "      const int shift = shifts[p];",
+            f"      for (int d = threadIdx.x; d < 256; d += {threads}) hist[d] = 0u;",
+            "      __syncthreads();",
+            f"      for (int e = threadIdx.x; e < {length}; e += {threads}) {{",
+            *load,
+            "        if ((full & mask) == prefix) atomicAdd(&hist[(full >> shift) & 255u], 1u);",
+            "      }",
+            "      __syncthreads();",
+            "      if (threadIdx.x < 32) {  // a warp finds the digit holding the need-th key",
+            "        unsigned int c[8], sum = 0u;",
+            "        for (int j = 0; j < 8; ++j) { c[j] = hist[threadIdx.x * 8 + j]; sum += c[j]; }",
+            "        unsigned int upto = sum;",
+            "        for (int o = 1; o < 32; o <<= 1) {",
+            "          const unsigned int t = __shfl_up_sync(0xFFFFFFFFu, upto, o);",
+            "          if (threadIdx.x >= o) upto += t;",
+            "        }",
+            "        unsigned int before = upto - sum;",
+            "        if (before < need && need <= upto) {",
+            "          int j = 0;",
+            "          while (before + c[j] < need) before += c[j++];",
+            "          s_prefix = prefix | ((unsigned long long)(threadIdx.x * 8 + j) << shift);",
+            "          s_need = need - before;",
+            "          s_done = c[j] == need - before;",
+            "        }",
+            "      }",
+            "      __syncthreads();",
+            "      prefix = s_prefix;",
+            "      mask |= 255ull << shift;",
+            "      need = s_need;",
+            "      const bool done = s_done;",
+            "      __syncthreads();  // every thread has read the digit before the next pass",
+            "      if (done) break;",
+            "    }",
+            f"    for (int j = threadIdx.x; j < {padded}; j += {threads}) sel[j] = ~0ull;",
+            "    if (threadIdx.x == 0) s_count = 0u;",
+            "    __syncthreads();",
+            f"    for (int e = threadIdx.x; e < {length}; e += {threads}) {{",
+            *load,
+            "        if ((full & mask) <= prefix) sel[atomicAdd(&s_count, 1u)] = full;",
+            "    }",
+            "    __syncthreads();",
+            *_bitonic("sel", "unsigned long long", padded, threads),
+            f"    for (int j = threadIdx.x; j < {k}; j += {threads}) {{",
+            f"      const {index} i = {out_base} + ({index})j * {out_inner};",
+            f"      const {'long long' if indices else 'float'} v_{node.name} = {stored};",
+            *(f"      {line}" for line in post),
+            f"      out[i] = {post_env[out.name]};",
+            "    }",
+            "    __syncthreads();  // the next line reuses the shared arrays",
             "  }",
             "}",
         ]

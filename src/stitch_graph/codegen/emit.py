@@ -212,8 +212,9 @@ def _torch_line(node: OpNode) -> str:
         target = node.call
         rest = ", ".join(args + kwargs)
     imports = "import operator; " if node.call.startswith("operator.") else ""
-    first = "[0]" if node.attrs.get("first_of_tuple") else ""
-    return f"{imports}{node.name} = {target}({rest}){first}"
+    element = node.attrs.get("tuple_element")
+    picked = "" if element is None else f"[{element}]"
+    return f"{imports}{node.name} = {target}({rest}){picked}"
 
 
 def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]) -> bool:

@@ -371,12 +371,14 @@ _op("cummax_values", SCAN, "input, dim", flops=1, note="cummax(...)[0]: the runn
 _op("cummin_values", SCAN, "input, dim", flops=1, note="cummin(...)[0]: the running minimum")
 _op("sort_values", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[0]: a block per line, bitonic in shared memory; topk, kthvalue, median and quantile read it")  # noqa: E501
 _op("sort_indices", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[1], argsort: the bitonic sort of positions riding in each key's low bits (ties keep their order)")  # noqa: E501
+_op("topk_values", SCAN, "input, k, dim=-1, largest=True", flops=10, note="topk(...)[0] of lines too long to sort in a block: radix select of the k-th key, the k sorted in shared memory")  # noqa: E501
+_op("topk_indices", SCAN, "input, k, dim=-1, largest=True", flops=10, note="topk(...)[1] the same way, positions riding in the keys' low bits (ties to the first position)")  # noqa: E501
 _op("cummax", UNSUPPORTED, "input, dim", note="values as cummax_values; indices stay in PyTorch")  # noqa: E501
 _op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices stay in PyTorch")  # noqa: E501
 # ---- scatters: the input copied, then a thread per source element writes where its index says
 _op("scatter_add", SCATTER, "input, dim, index, src", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
 _op("index_add", SCATTER, "input, dim, index, source, alpha=1", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
-_op("scatter", SCATTER, "input, dim, index, src=None, value=None, reduce=None", flops=0, note="a scalar value only: where indices repeat, PyTorch leaves a tensor's order open")  # noqa: E501
+_op("scatter", SCATTER, "input, dim, index, src=None, value=None, reduce=None", flops=0, note="stores into a copy of the input (float32 or bool); where indices repeat with unequal values the winner is unspecified, as in PyTorch")  # noqa: E501
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))
 _op("flatten", VIEW, "input, start_dim=0, end_dim=-1", flops=0)
@@ -409,8 +411,8 @@ _op("identity", IDENTITY, "input", flops=0)
 _op("fft_fft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("fft_rfft", UNSUPPORTED, "input, n=None, dim=-1, norm=None", note="FFTs need cuFFT; no rule emits them")  # noqa: E501
 _op("rrelu", UNSUPPORTED, "input, lower=0.125, upper=0.3333333333333333, training=False, inplace=False", note="outside training a leaky_relu of the mean slope; in training the slopes are drawn")  # noqa: E501
-_op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="generated as sort_values and sort_indices; lines of 8192 elements or more (4096 with indices) stay in PyTorch")  # noqa: E501
-_op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="generated from sort_values and sort_indices (sorted=True only)")  # noqa: E501
+_op("sort", UNSUPPORTED, "input, dim=-1, descending=False", note="generated as sort_values and sort_indices; lines longer than 8192 elements (4096 with indices) stay in PyTorch")  # noqa: E501
+_op("topk", UNSUPPORTED, "input, k, dim=-1, largest=True, sorted=True", note="generated from sort_values and sort_indices, or topk_values and topk_indices for longer lines (sorted=True only)")  # noqa: E501
 _op("scaled_dot_product_attention", UNSUPPORTED, "query, key, value", note="attention is not generated yet")  # noqa: E501
 # fmt: on
 

@@ -296,8 +296,9 @@ def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     """Why a scatter stays in PyTorch ("" when it is generated)."""
     a = node.args
     x, index = a.get("input"), a.get("index")
-    if not isinstance(x, Ref) or ir.dtypes.get(x) != "float32" or node.dtype != "float32":
-        return "needs a float32 input"
+    dtypes = ("float32", "bool") if node.op == "scatter" else ("float32",)  # stores, or adds
+    if not isinstance(x, Ref) or ir.dtypes.get(x) not in dtypes or node.dtype != ir.dtypes[x]:
+        return f"needs a {' or '.join(dtypes)} input"
     if not isinstance(index, Ref) or ir.dtypes.get(index) != "int64":
         return "needs an int64 index"
     if not isinstance(a.get("dim"), int):
@@ -311,14 +312,14 @@ def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
         expected = tuple(space[0] if d == dim else s for d, s in enumerate(shape))
         return "" if tuple(ir.shapes[source]) == expected else "source shape"
     src = a.get("src") if a.get("src") is not None else a.get("value")
-    if node.op == "scatter" and (a.get("reduce") is not None or not isinstance(src, int | float)):
-        return "a tensor src or a reduce argument (only a scalar value is generated)"
+    if node.op == "scatter" and a.get("reduce") is not None:
+        return "a reduce argument"
     if isinstance(src, Ref) and (
-        ir.dtypes.get(src) != "float32"
+        ir.dtypes.get(src) != node.dtype
         or len(ir.shapes[src]) != len(space)
         or any(i > s for i, s in zip(space, ir.shapes[src], strict=True))
     ):
-        return "src must be float32 and at least the index's size"
+        return "src must have the input's dtype and at least the index's size"
     fits = len(space) == len(shape) and all(
         i <= s for d, (i, s) in enumerate(zip(space, shape, strict=True)) if d != dim
     )
@@ -370,7 +371,7 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return ("pool", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
     if info.kind == "scan":
         src = node.args.get("input")
-        out_dtype = "int64" if node.op == "sort_indices" else "float32"
+        out_dtype = "int64" if node.op in ("sort_indices", "topk_indices") else "float32"
         if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != out_dtype:
             return "unsupported", f"unsupported: {node.op} (needs float32 input and output)"
         if not isinstance(node.args.get("dim"), int):
@@ -727,6 +728,8 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("one thread per output, the window read in a loop; float32 accumulation")
     if group.kind == "scan" and ir.node(group.anchor or group.output).op.startswith("sort_"):
         items.append("bitonic sort per line in shared memory, a block per line, NaN last")
+    elif group.kind == "scan" and ir.node(group.anchor or group.output).op.startswith("topk_"):
+        items.append("radix select of the k-th key per line, the k sorted in shared memory")
     elif group.kind == "scan":
         items.append("sequential float32 scan per line: a thread per line, or a warp per line")
     if group.kind == "scatter":
