@@ -32,6 +32,7 @@ from stitch_graph.codegen._capture_base import (
     _subst,
     _to_meta,
 )
+from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_masks import data_dependent_hint, rewrite_masked_selection
@@ -319,7 +320,9 @@ def _lower_node(
     if _bake_factory(ir, fx_node, env, ours, value):
         return
     tensors = torch.is_tensor(value) or _is_tensor_seq(value)  # var_mean: a pair of them
-    decomposed = _decompose(ir, fx_node, env, ours) if tensors else None
+    decomposed = lower_complex(ir, fx_node, env, ours, value)
+    if decomposed is None and tensors:
+        decomposed = _decompose(ir, fx_node, env, ours)
     if decomposed is not None:
         env[fx_node.name] = decomposed
         return
@@ -515,14 +518,32 @@ def _torch_result_contiguous(
     return not torch.is_tensor(result) or result.is_contiguous()
 
 
+def _dense_view_of_a_result(ir: ProgramIR, ref: Ref) -> bool:
+    """Whether ``ref`` is a contiguous view, through views alone, of a tensor the program
+    computes (not an input, a parameter or an element of a tuple PyTorch returns)."""
+    if tuple(ir.strides.get(ref, ())) != contiguous_strides(tuple(ir.shapes[ref])):
+        return False
+    while ref.kind == "node":
+        node = ir.node(ref.name)
+        info = lookup(node.op)
+        if info is None or info.kind != "view":
+            return node.dtype != "tuple"
+        base = node.args.get("input")
+        if not isinstance(base, Ref) or ir.dtypes.get(base) == "tuple":
+            return False
+        ref = base
+    return False
+
+
 def _materialise_output(ir: ProgramIR, ref: Any, ours: dict[Ref, Any]) -> Ref:
-    """Outputs must be fresh buffers: copy an input, a parameter or a strided view."""
+    """Outputs must be fresh buffers: copy an input, a parameter or a strided view. A dense
+    view of the program's own result (``y.flatten(1)`` returned) is one already."""
     if not isinstance(ref, Ref):
         msg = f"the program returns a non-tensor value {ref!r}"
         raise CaptureError(msg)
     node = _node_of(ir, ref)
     is_view = node is not None and (info := lookup(node.op)) is not None and info.kind == "view"
-    if ref.kind == "node" and not is_view:
+    if ref.kind == "node" and (not is_view or _dense_view_of_a_result(ir, ref)):
         return ref
     shape = ir.shapes[ref]
     name = f"copy_out_{len(ir.nodes)}"

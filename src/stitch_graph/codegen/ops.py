@@ -394,6 +394,8 @@ _op("view_as", VIEW, "input, other", flops=0, aliases=("reshape_as",))
 _op("getitem", VIEW, "input, index", flops=0, note="basic slicing only")
 _op("narrow", VIEW, "input, dim, start, length", flops=0)
 _op("select", VIEW, "input, dim, index", flops=0)
+_op("view_as_complex", VIEW, "input", flops=0, note="a complex64 view of (real, imaginary) float pairs; products and sums of it are lowered to the pairs")  # noqa: E501
+_op("view_as_real", VIEW, "input", flops=0)
 _op("unbind", VIEW, "input, dim=0", flops=0)
 _op("diagonal", VIEW, "input, offset=0, dim1=0, dim2=1", flops=0)
 _op("unfold", VIEW, "input, dimension, size, step", flops=0, note="Tensor.unfold: overlapping windows as a strided view")  # noqa: E501
