@@ -1,0 +1,61 @@
+"""A pointwise result several ops read, all in one kernel, is computed in that kernel: a focal
+loss's ``p = sigmoid(x)`` (read by ``p * t`` and ``1 - p``) in the mean's prologue, a shared
+activation in one pointwise kernel. It is still written once where a reader sits elsewhere or
+the program returns it. Every case matches PyTorch in the CPU emulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import capture_program, plan_program
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, t):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(4, 64, 80), torch.randint(0, 2, (4, 64, 80)).float()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+FOLDED = [
+    # a focal loss: the sigmoid read twice inside the mean's prologue
+    ("""p = torch.sigmoid(x)
+        p_t = p * t + (1 - p) * (1 - t)
+        return ((1 - p_t) ** 2 * torch.abs(x - t)).mean()""", 1),
+    # a shared activation read by two branches of one pointwise kernel
+    ("""a = torch.tanh(x) * 0.5
+        return a * t + torch.exp(a)""", 1),
+    # ...and by two ops in a row norm's prologue
+    ("""g = torch.nn.functional.gelu(x)
+        return torch.softmax(g * t - g, dim=-1)""", 1),
+]
+KEPT = [
+    # returned as well: written once, read back by the next kernel
+    ("""p = torch.sigmoid(x)
+        return p, (p * t + (1 - p)).sum(-1)""", 2),
+    # read by a reduction and by the kernel that scales by its result: kernels of their own
+    ("""p = torch.sigmoid(x)
+        return p.sum(-1, keepdim=True) * p""", 3),
+]
+
+
+@pytest.mark.parametrize(("body", "kernels"), FOLDED + KEPT)
+def test_a_result_read_several_times_is_written_only_where_needed(
+    body: str, kernels: int, tmp_path: Path
+) -> None:
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops
+    assert len(plan_program(capture_program(task)).items) == kernels
+    check_on_cpu(task, program, tmp_path, cooperative=True)
