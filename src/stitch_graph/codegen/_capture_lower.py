@@ -526,7 +526,7 @@ def _dense_view_of_a_result(ir: ProgramIR, ref: Ref) -> bool:
     while ref.kind == "node":
         node = ir.node(ref.name)
         info = lookup(node.op)
-        if info is None or info.kind != "view":
+        if info is None or info.kind not in ("view", "identity"):  # .contiguous() is PyTorch's
             return node.dtype != "tuple"
         base = node.args.get("input")
         if not isinstance(base, Ref) or ir.dtypes.get(base) == "tuple":

@@ -245,6 +245,7 @@ class _EmitterBase:
         self.notes: list[str] = []
         self.cat_slices = cat_slices or {}  # output node -> its slice of a concatenation
         self.written_in_place: set[str] = set()
+        self.through: dict[str, str] = {}  # members their indexed reader computes (``_read``)
 
     # ---- expressions -------------------------------------------------------------------------
     def exprs(
@@ -259,6 +260,8 @@ class _EmitterBase:
         for name in members:
             node = self.ir.node(name)
             info = lookup(node.op)
+            if name in self.through:
+                continue  # computed where its indexed reader reads it (``_read``)
             if node.op in INDEXED:
                 ctype = _CTYPE.get(node.dtype, "float")
                 value = self.indexed(node, space, idx, args, env)
@@ -306,6 +309,32 @@ class _EmitterBase:
         at = _Position(self.ir, tuple(node.shape), space, idx, args.row_length(space, idx))
         return getattr(self, rule)(node, at, args, env)
 
+    def _read(self, ref: Ref, args: _Args, offset: Callable[[Ref], str]) -> str:
+        """The element of ``ref`` at ``offset(ref)``: a load, or, for a one-op producer its
+        indexed reader computes (``self.through``, from ``schedule.read_through``), the op
+        applied to its operand's element at the same coordinates."""
+        through = self.through.get(ref.name) if ref.kind == "node" else None
+        if through is None:
+            return f"{args.param(ref)}[{offset(ref)}]"
+        node = self.ir.node(ref.name)
+        info = lookup(node.op)
+        template = info.template(node.args) if info is not None else None
+        if template is None:
+            msg = f"node {node.name} ({node.op}) is read through but has no expression"
+            raise EmitError(msg)
+        values = {}
+        for pname, default in info.params:
+            value = node.args.get(pname, default)
+            if "{" + pname + "}" not in template:
+                continue
+            if pname == through:
+                values[pname] = self._read(value, args, offset)
+            elif value is None or value is ...:
+                values[pname] = "0.f" if default in (None, ...) else _literal(default)
+            else:
+                values[pname] = "0" if isinstance(value, str) else _literal(value)
+        return f"({template.format(**values)})"
+
     def _indexed_cat(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
     ) -> str:
@@ -320,7 +349,9 @@ class _EmitterBase:
             size = ir.shapes[ref][dim - (len(at.shape) - len(ir.shapes[ref]))]
             if size == 0:
                 continue
-            load = f"{args.param(ref)}[{at.base(ref, {dim})} + ({c} - {start}) * {at.stride(ref, dim)}]"  # noqa: E501
+            load = self._read(
+                ref, args, lambda r, s=start: f"{at.base(r, {dim})} + ({c} - {s}) * {at.stride(r, dim)}"  # noqa: E501
+            )
             start += size
             parts.append((start, load))
         value = parts[-1][1]
@@ -337,13 +368,15 @@ class _EmitterBase:
         dim = int(node.args.get("dim", 0)) % at.nd
         c = at.coord(dim)
         loads = []
-        for ref in tensors:
-            rshape = list(ir.shapes[ref])
-            rstrides = list(ir.strides[ref])
+        def offset(ref: Ref) -> str:
+            rshape, rstrides = list(ir.shapes[ref]), list(ir.strides[ref])
             rd = dim - (len(at.shape) - 1 - len(rshape))
             masked = tuple(rshape[:rd] + [1] + rshape[rd:])
             strides = tuple(rstrides[:rd] + [0] + rstrides[rd:])
-            loads.append(f"{args.param(ref)}[{_offset(masked, strides, at.space, at.idx)}]")
+            return _offset(masked, strides, at.space, at.idx)
+
+        for ref in tensors:
+            loads.append(self._read(ref, args, offset))
         value = loads[-1]
         for k in range(len(loads) - 2, -1, -1):
             value = f"({c} == {k} ? {loads[k]} : {value})"
@@ -356,10 +389,13 @@ class _EmitterBase:
         src: Ref = node.args["input"]
         raw = node.args.get("dims")
         dims = {int(d) % at.nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
-        terms = [at.base(src, dims)]
-        for d in sorted(dims):
-            terms.append(f"({at.shape[d] - 1} - {at.coord(d)}) * {at.stride(src, d)}")
-        return f"{args.param(src)}[{' + '.join(terms)}]"
+        def offset(ref: Ref) -> str:
+            terms = [at.base(ref, dims)]
+            for d in sorted(dims):
+                terms.append(f"({at.shape[d] - 1} - {at.coord(d)}) * {at.stride(ref, d)}")
+            return " + ".join(terms)
+
+        return self._read(src, args, offset)
 
     def _indexed_gather(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]

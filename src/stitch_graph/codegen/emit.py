@@ -51,6 +51,7 @@ from stitch_graph.codegen._emit_reduce import _ReduceEmitter
 from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
+from stitch_graph.codegen._fusion_passes import read_through
 from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
 from stitch_graph.codegen.schedule import _read_inside, groups_from_plan, node_kind
@@ -265,6 +266,7 @@ def _emit_groups(
     The concatenations of ``cats`` emit nothing: their operands' kernels store into them."""
     slices = {k: v for cat, ops in cats.items() for k, v in slices_of(ir, cat, ops).items()}
     emitter = _Emitter(ir, tuning, slices)
+    emitter.through = read_through(ir, [g for g in groups if g.id in wanted])
     launch_at: dict[str, list[str]] = {}
     covered: set[str] = set()
     for group in groups:

@@ -31,6 +31,7 @@ import json
 from typing import Any
 
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
+from stitch_graph.codegen._fusion_passes import fold_shared_producers, groups_read_through
 from stitch_graph.codegen.ir import (
     Group,
     OpNode,
@@ -593,7 +594,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             for g in anchored[1:]:
                 if _siblings_fit(ir, base, g):
                     join_siblings(base, g)
-            for g in plain:
+            for g in plain + groups_read_through(ir, node, group_of, users):
                 absorb(base, g)
             base.epilogue.append(node.name)
             base.output = node.name
@@ -621,7 +622,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                         group_of[m] = group
                     g.epilogue = []
                     g.output = g.anchor or g.output
-    _fold_shared_producers(ir, groups, group_of, users)
+    fold_shared_producers(ir, groups, group_of, users)
     for g in groups:
         g.prologue.sort(key=order.__getitem__)
         g.epilogue.sort(key=order.__getitem__)
@@ -629,43 +630,6 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
     for i, g in enumerate(groups):
         g.id = f"k{i}"
     return groups
-
-
-def _fold_shared_producers(
-    ir: ProgramIR, groups: list[Group], group_of: dict[str, Group], users: dict[str, list[str]]
-) -> None:
-    """Move a pointwise kernel whose result several ops read into the one kernel they all ended
-    up in, where they read it at their own elements: ``p = sigmoid(x)`` read by ``p * t`` and
-    ``1 - p`` in a loss's reduction is then computed on load, not written and read back.
-
-    Grouping fuses a producer only into its single reader, as it meets them; this runs once
-    every group is formed, when the readers' final kernel is known."""
-    outputs = {r.name for r in ir.outputs if r.kind == "node"}
-    changed = True
-    while changed:
-        changed = False
-        for g in list(groups):
-            readers = users.get(g.output, [])
-            if g.anchor is not None or len(readers) < 2 or g.output in outputs:
-                continue
-            if any(r not in group_of for r in readers):
-                continue
-            into = group_of[readers[0]]
-            shape = ir.node(g.output).shape
-            if into is g or any(group_of[r] is not into for r in readers):
-                continue
-            if any(ir.node(r).shape != shape for r in readers):
-                continue  # a reader at other positions (a broadcast) would recompute it
-            if all(r in into.prologue for r in readers):
-                into.prologue.extend(g.members)
-            elif into.anchor is None and all(r in into.epilogue for r in readers):
-                into.epilogue.extend(g.members)
-            else:
-                continue
-            for m in g.members:
-                group_of[m] = into
-            groups.remove(g)
-            changed = True
 
 
 def _kernel_name(ir: ProgramIR, group: Group) -> str:

@@ -1,7 +1,11 @@
-"""A pointwise result several ops read, all in one kernel, is computed in that kernel: a focal
+"""The fusion decisions made once grouping is done (``codegen/_fusion_passes.py``).
+
+A pointwise result several ops read, all in one kernel, is computed in that kernel: a focal
 loss's ``p = sigmoid(x)`` (read by ``p * t`` and ``1 - p``) in the mean's prologue, a shared
 activation in one pointwise kernel. It is still written once where a reader sits elsewhere or
-the program returns it. Every case matches PyTorch in the CPU emulation."""
+the program returns it. A one-op producer of ``cat``, ``stack`` or ``flip`` is computed as they
+read it (rotate_half's ``cat((-x2, x1))`` is one kernel). Every case matches PyTorch in the CPU
+emulation."""
 
 from __future__ import annotations
 
@@ -51,7 +55,20 @@ KEPT = [
 ]
 
 
-@pytest.mark.parametrize(("body", "kernels"), FOLDED + KEPT)
+READ_THROUGH = [
+    # rotate_half: the negation computed where the cat picks it, one kernel in all
+    ("""x1, x2 = x.chunk(2, dim=-1)
+        return x * t + torch.cat((-x2, x1), dim=-1) * (1 - t)""", 1),
+    # the interleaved form: a stack of a negated strided view, then a product after a view
+    ("""x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2) * t""", 2),
+    ("return torch.flip(torch.exp(x), [1]) + t", 1),
+    # a producer of a transposed view: its element at the transposed coordinates
+    ("return torch.stack([torch.relu(x.transpose(1, 2)), t.transpose(1, 2)], 0).sum(0)", 1),
+]
+
+
+@pytest.mark.parametrize(("body", "kernels"), FOLDED + KEPT + READ_THROUGH)
 def test_a_result_read_several_times_is_written_only_where_needed(
     body: str, kernels: int, tmp_path: Path
 ) -> None:

@@ -1,0 +1,122 @@
+"""Fusion decisions made once the greedy grouping has met every node.
+
+Grouping (``schedule.schedule_program``) fuses a pointwise producer into its reader only when
+it has one reader, and keeps the operands of indexed ops (``cat``, ``stack``, ``flip``) in
+memory. Two cases pay to revisit: a one-op producer an indexed op can compute as it reads it
+(rotate_half's ``cat((-x2, x1))``), and a producer whose several readers all ended up in one
+kernel (a focal loss's sigmoid). ``read_through`` decides the first from the groups alone, so
+the emitter and a plan's own grouping agree.
+"""
+
+from __future__ import annotations
+
+from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ops import INDEXED, lookup
+
+_ELSEWHERE = INDEXED - {"triu", "tril"}  # indexed ops reading operands at other positions
+_READS_THROUGH = ("cat", "stack", "flip")  # indexed ops whose rule reads with ``_read``
+
+
+def _through_parameter(
+    ir: ProgramIR, producer: OpNode, reader: OpNode, users: dict[str, list[str]]
+) -> str | None:
+    """The parameter holding the one tensor operand of ``producer`` where the indexed
+    ``reader`` can compute it as it reads it, else ``None``: ``cat((-x2, x1))``
+    (rotate_half) negates ``x2`` at the element it picks instead of reading a negated copy
+    another kernel wrote. The operand has the producer's shape, so the element sits at the same
+    coordinates in it."""
+    if reader.op not in _READS_THROUGH or users.get(producer.name) != [reader.name]:
+        return None
+    info = lookup(producer.op)
+    operands = producer.tensor_refs()
+    if (
+        any(r.kind == "node" and r.name == producer.name for r in ir.outputs)
+        or producer.op in INDEXED
+        or info is None
+        or info.kind != "pointwise"
+        or info.template(producer.args) is None
+        or len(operands) != 1
+        or ir.shapes[operands[0]] != tuple(producer.shape)
+        or {ir.dtypes.get(operands[0]), producer.dtype} != {"float32"}
+    ):
+        return None
+    return next((k for k, v in producer.args.items() if v == operands[0]), None)
+
+
+def groups_read_through(
+    ir: ProgramIR, node: OpNode, group_of: dict[str, Group], users: dict[str, list[str]]
+) -> list[Group]:
+    """The one-op pointwise kernels the indexed ``node`` computes as it reads them; none for
+    a ``cat`` of kernels' results alone, which they can store in place (``_cat_slices``)."""
+    refs = node.tensor_refs()
+    if node.op == "cat" and all(
+        r.kind == "node" and r.name in group_of and group_of[r.name].output == r.name
+        and users.get(r.name) == [node.name]
+        for r in refs
+    ):
+        return []
+    found: list[Group] = []
+    for ref in refs:
+        g = group_of.get(ref.name) if ref.kind == "node" else None
+        if g is None or g in found or g.anchor is not None or g.members != [ref.name]:
+            continue
+        if _through_parameter(ir, ir.node(ref.name), node, users) is not None:
+            found.append(g)
+    return found
+
+
+def read_through(ir: ProgramIR, groups: list[Group]) -> dict[str, str]:
+    """Members each group's indexed ops compute as they read them (node -> the parameter of
+    its operand): decided from the groups alone, so a plan's own grouping agrees."""
+    users = ir.users()
+    through: dict[str, str] = {}
+    for g in groups:
+        members = set(g.members)
+        for name in g.members:
+            readers = users.get(name, [])
+            if len(readers) == 1 and readers[0] in members:
+                pname = _through_parameter(ir, ir.node(name), ir.node(readers[0]), users)
+                operand = ir.node(name).args.get(pname) if pname else None
+                if isinstance(operand, Ref) and operand.name not in members:  # in memory
+                    through[name] = pname  # type: ignore[assignment]
+    return through
+
+
+def fold_shared_producers(
+    ir: ProgramIR, groups: list[Group], group_of: dict[str, Group], users: dict[str, list[str]]
+) -> None:
+    """Move a pointwise kernel whose result several ops read into the one kernel they all ended
+    up in, where they read it at their own elements: ``p = sigmoid(x)`` read by ``p * t`` and
+    ``1 - p`` in a loss's reduction is then computed on load, not written and read back.
+
+    Grouping fuses a producer only into its single reader, as it meets them; this runs once
+    every group is formed, when the readers' final kernel is known."""
+    outputs = {r.name for r in ir.outputs if r.kind == "node"}
+    through = read_through(ir, groups)  # they read their operand from memory: it stays there
+    changed = True
+    while changed:
+        changed = False
+        for g in list(groups):
+            readers = users.get(g.output, [])
+            if g.anchor is not None or len(readers) < 2 or g.output in outputs:
+                continue
+            if any(r in through or ir.node(r).op in _ELSEWHERE for r in readers):
+                continue  # a reader at other positions needs it in memory
+            if any(r not in group_of for r in readers):
+                continue
+            into = group_of[readers[0]]
+            shape = ir.node(g.output).shape
+            if into is g or any(group_of[r] is not into for r in readers):
+                continue
+            if any(ir.node(r).shape != shape for r in readers):
+                continue  # a reader at other positions (a broadcast) would recompute it
+            if all(r in into.prologue for r in readers):
+                into.prologue.extend(g.members)
+            elif into.anchor is None and all(r in into.epilogue for r in readers):
+                into.epilogue.extend(g.members)
+            else:
+                continue
+            for m in g.members:
+                group_of[m] = into
+            groups.remove(g)
+            changed = True
