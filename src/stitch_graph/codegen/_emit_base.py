@@ -48,6 +48,14 @@ def _line_layout(shape: tuple[int, ...], dim: int) -> tuple[int, int, int, str]:
     return length, inner, outer * inner, base
 
 
+def _scalar(value: Any, default: Any) -> str:
+    """A non-tensor argument as a pointwise template spells it: ``None`` as its default, a
+    string (a dtype, a mode) as ``0``, a number as a literal."""
+    if value is None or value is ...:
+        return "0.f" if default in (None, ...) else _literal(default)
+    return "0" if isinstance(value, str) else _literal(value)
+
+
 def _literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -283,12 +291,8 @@ class _EmitterBase:
                         values[pname] = env[value.name]
                     else:
                         values[pname] = args.load(value, space, idx, bshapes.get(pname))
-                elif value is None or value is ...:
-                    values[pname] = "0.f" if default in (None, ...) else _literal(default)
-                elif isinstance(value, str):
-                    values[pname] = "0"
                 else:
-                    values[pname] = _literal(value)
+                    values[pname] = _scalar(value, default)
             ctype = _CTYPE.get(node.dtype, "float")
             lines.append(f"const {ctype} v_{name} = ({ctype})({template.format(**values)});")
             env[name] = f"v_{name}"
@@ -311,7 +315,7 @@ class _EmitterBase:
 
     def _read(self, ref: Ref, args: _Args, offset: Callable[[Ref], str]) -> str:
         """The element of ``ref`` at ``offset(ref)``: a load, or, for a one-op producer its
-        indexed reader computes (``self.through``, from ``schedule.read_through``), the op
+        indexed reader computes (``self.through``, from ``_fusion_passes.read_through``), the op
         applied to its operand's element at the same coordinates."""
         through = self.through.get(ref.name) if ref.kind == "node" else None
         if through is None:
@@ -329,10 +333,8 @@ class _EmitterBase:
                 continue
             if pname == through:
                 values[pname] = self._read(value, args, offset)
-            elif value is None or value is ...:
-                values[pname] = "0.f" if default in (None, ...) else _literal(default)
             else:
-                values[pname] = "0" if isinstance(value, str) else _literal(value)
+                values[pname] = _scalar(value, default)
         return f"({template.format(**values)})"
 
     def _indexed_cat(
@@ -368,6 +370,7 @@ class _EmitterBase:
         dim = int(node.args.get("dim", 0)) % at.nd
         c = at.coord(dim)
         loads = []
+
         def offset(ref: Ref) -> str:
             rshape, rstrides = list(ir.shapes[ref]), list(ir.strides[ref])
             rd = dim - (len(at.shape) - 1 - len(rshape))
@@ -389,6 +392,7 @@ class _EmitterBase:
         src: Ref = node.args["input"]
         raw = node.args.get("dims")
         dims = {int(d) % at.nd for d in (raw if isinstance(raw, list | tuple) else [raw])}
+
         def offset(ref: Ref) -> str:
             terms = [at.base(ref, dims)]
             for d in sorted(dims):
