@@ -62,6 +62,22 @@ def _bitonic(keys: str, key_t: str, padded: int, threads: int) -> list[str]:
     ]
 
 
+def _store_loop(
+    var: str, count: int, threads: int, position: str, index: str, value: str,
+    post: list[str], result: str,
+) -> list[str]:
+    """Lines storing a line's ``count`` sorted results: element ``var`` at ``position``, its
+    ``value`` declared, the epilogue ``post`` applied, ``result`` stored."""
+    return [
+        f"    for (int {var} = threadIdx.x; {var} < {count}; {var} += {threads}) {{",
+        f"      const {index} i = {position};",
+        f"      const {value};",
+        *(f"      {line}" for line in post),
+        f"      out[i] = {result};",
+        "    }",
+    ]
+
+
 class _SortEmitter(_EmitterBase):
     """The ``sort_values`` and ``sort_indices`` kernels of a scan group."""
 
@@ -116,12 +132,9 @@ class _SortEmitter(_EmitterBase):
             "    }",
             "    __syncthreads();",
             *_bitonic("keys", key_t, padded, threads),
-            f"    for (int k = threadIdx.x; k < {length}; k += {threads}) {{",
-            f"      const {index} i = b + ({index})k * {inner};",
-            f"      const {'long long' if indices else 'float'} v_{node.name} = {stored};",
-            *(f"      {line}" for line in post),
-            f"      out[i] = {post_env[out.name]};",
-            "    }",
+            *_store_loop("k", length, threads, f"b + ({index})k * {inner}", index,
+                         f"{'long long' if indices else 'float'} v_{node.name} = {stored}",
+                         post, post_env[out.name]),
             "    __syncthreads();  // the next line reuses the keys",
             "  }",
             "}",
@@ -229,12 +242,9 @@ class _SortEmitter(_EmitterBase):
             "    }",
             "    __syncthreads();",
             *_bitonic("sel", "unsigned long long", padded, threads),
-            f"    for (int j = threadIdx.x; j < {k}; j += {threads}) {{",
-            f"      const {index} i = {out_base} + ({index})j * {out_inner};",
-            f"      const {'long long' if indices else 'float'} v_{node.name} = {stored};",
-            *(f"      {line}" for line in post),
-            f"      out[i] = {post_env[out.name]};",
-            "    }",
+            *_store_loop("j", k, threads, f"{out_base} + ({index})j * {out_inner}", index,
+                         f"{'long long' if indices else 'float'} v_{node.name} = {stored}",
+                         post, post_env[out.name]),
             "    __syncthreads();  // the next line reuses the shared arrays",
             "  }",
             "}",
