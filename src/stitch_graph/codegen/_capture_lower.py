@@ -35,6 +35,7 @@ from stitch_graph.codegen._capture_base import (
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
+from stitch_graph.codegen._capture_log_softmax import lower_log_softmax_rows
 from stitch_graph.codegen._capture_masks import data_dependent_hint, rewrite_masked_selection
 from stitch_graph.codegen._capture_names import (
     _by_schema_names,
@@ -321,6 +322,8 @@ def _lower_node(
         return
     tensors = torch.is_tensor(value) or _is_tensor_seq(value)  # var_mean: a pair of them
     decomposed = lower_complex(ir, fx_node, env, ours, value)
+    if decomposed is None and tensors:
+        decomposed = lower_log_softmax_rows(ir, fx_node, env, ours)
     if decomposed is None and tensors:
         decomposed = _decompose(ir, fx_node, env, ours)
     if decomposed is not None:
