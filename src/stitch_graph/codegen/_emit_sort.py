@@ -13,9 +13,10 @@ mixin of ``emit._Emitter``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase, _line_layout
-from stitch_graph.codegen.ir import Group, Ref, numel
+from stitch_graph.codegen.ir import Group, OpNode, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
 MAX_SORT_LINE = 8192  # keys a block holds in shared memory: 32 KiB of the static 48 KiB
@@ -62,24 +63,52 @@ def _bitonic(keys: str, key_t: str, padded: int, threads: int) -> list[str]:
     ]
 
 
-def _store_loop(
-    var: str, count: int, threads: int, position: str, index: str, value: str,
-    post: list[str], result: str,
-) -> list[str]:
-    """Lines storing a line's ``count`` sorted results: element ``var`` at ``position``, its
-    ``value`` declared, the epilogue ``post`` applied, ``result`` stored."""
-    return [
-        f"    for (int {var} = threadIdx.x; {var} < {count}; {var} += {threads}) {{",
-        f"      const {index} i = {position};",
-        f"      const {value};",
-        *(f"      {line}" for line in post),
-        f"      out[i] = {result};",
-        "    }",
-    ]
+@dataclass
+class _LineCode:
+    """What a line kernel computes besides its ordering: the prologue on input element ``i``
+    and the input's value there; the epilogue on the ordered value ``v_<node>`` at output
+    element ``i`` and the result it stores."""
+
+    node: OpNode
+    args: _Args
+    pre: list[str]
+    value: str
+    post: list[str]
+    result: str
+    otype: str
+
+    def store(
+        self, var: str, count: int, threads: int, position: str, index: str, stored: str
+    ) -> list[str]:
+        """Lines storing a line's ``count`` ordered results: element ``var`` at ``position``,
+        the key it read as ``stored``, the epilogue applied."""
+        ctype = "long long" if self.node.dtype == "int64" else "float"
+        return [
+            f"    for (int {var} = threadIdx.x; {var} < {count}; {var} += {threads}) {{",
+            f"      const {index} i = {position};",
+            f"      const {ctype} v_{self.node.name} = {stored};",
+            *(f"      {line}" for line in self.post),
+            f"      out[i] = {self.result};",
+            "    }",
+        ]
 
 
 class _SortEmitter(_EmitterBase):
-    """The ``sort_values`` and ``sort_indices`` kernels of a scan group."""
+    """The ``sort_values``, ``sort_indices``, ``topk_values`` and ``topk_indices`` kernels of
+    a scan group."""
+
+    def _line_code(self, g: Group, node: OpNode, x: Ref) -> _LineCode:
+        """The group's prologue and epilogue around ``node``, which orders ``x``'s lines."""
+        args = _Args(self.ir)
+        xs = self.ir.shapes[x]
+        env: dict[str, str] = {}
+        pre = self.exprs(g.prologue, xs, "i", env, args)
+        value = self.value_of(x, xs, "i", env, args)
+        post_env = {node.name: f"v_{node.name}"}  # the prologue's values are the kernel's alone
+        post = self.exprs(g.epilogue, tuple(node.shape), "i", post_env, args)
+        out = self.ir.node(g.output)
+        otype = _CTYPE.get(out.dtype, "float")
+        return _LineCode(node, args, pre, value, post, post_env[out.name], otype)
 
     def sort_lines(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         """Sorted values (or their positions) along ``dim``, the prologue applied on load and the
@@ -101,21 +130,14 @@ class _SortEmitter(_EmitterBase):
         padded = 1 << max(1, math.ceil(math.log2(max(length, 2))))
         threads = max(32, min(tun.block_size, 1024, padded // 2))
         index = "long long" if numel(xs) >= 2**31 else "int"
-        out = ir.node(g.output)
-        args = _Args(ir)
-        env: dict[str, str] = {}
-        pre = self.exprs(g.prologue, xs, "i", env, args)
-        value = self.value_of(x, xs, "i", env, args)
-        post_env = {node.name: f"v_{node.name}"}  # the prologue's values are the sort's alone
-        post = self.exprs(g.epilogue, xs, "i", post_env, args)
-        otype = _CTYPE.get(out.dtype, "float")
+        code = self._line_code(g, node, x)
         order = "descending" if descending else "ascending"
         stored = "(long long)(keys[k] & 0xFFFFFFFFull)" if indices else _value("keys[k]", descending)
         src = [
             f"// sort ({order}{', positions' if indices else ''}) along {length} element(s) of "
             f"{lines_n} line(s): a block per line, bitonic over {padded} keys in shared memory",
             f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
-            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"{code.args.signature([f'{code.otype}* __restrict__ out'])}) {{",
             f"  __shared__ {key_t} keys[{padded}];",
             f"  for ({index} r = blockIdx.x; r < {lines_n}; r += gridDim.x) {{",
             f"    const {index} b = {base};",
@@ -124,23 +146,21 @@ class _SortEmitter(_EmitterBase):
             f"      if (k < {length}) {{",
             f"        const {index} i = b + ({index})k * {inner};",
             "        unsigned int key;",
-            *(f"        {line}" for line in pre),
-            *(f"        {line}" for line in _key(value, descending, signed_zero=not indices)),
+            *(f"        {line}" for line in code.pre),
+            *(f"        {line}" for line in _key(code.value, descending, signed_zero=not indices)),
             "        slot = " + ("((unsigned long long)key << 32) | (unsigned int)k;" if indices else "key;"),  # noqa: E501
             "      }",
             "      keys[k] = slot;",
             "    }",
             "    __syncthreads();",
             *_bitonic("keys", key_t, padded, threads),
-            *_store_loop("k", length, threads, f"b + ({index})k * {inner}", index,
-                         f"{'long long' if indices else 'float'} v_{node.name} = {stored}",
-                         post, post_env[out.name]),
+            *code.store("k", length, threads, f"b + ({index})k * {inner}", index, stored),
             "    __syncthreads();  // the next line reuses the keys",
             "  }",
             "}",
         ]
         grid = max(1, min(lines_n, _MAX_GRID))
-        return self._add_kernel(src, kernel, grid, threads, args, out)
+        return self._add_kernel(src, kernel, grid, threads, code.args, ir.node(g.output))
 
     def top_lines(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         """The ``k`` best keys of each line, in order (``topk_values``, ``topk_indices``), for
@@ -165,21 +185,14 @@ class _SortEmitter(_EmitterBase):
         padded = 1 << max(1, math.ceil(math.log2(max(k, 2))))
         threads = max(64, min(tun.block_size, 1024))
         index = "long long" if numel(xs) >= 2**31 else "int"
-        out = ir.node(g.output)
-        args = _Args(ir)
-        env: dict[str, str] = {}
-        pre = self.exprs(g.prologue, xs, "i", env, args)
-        value = self.value_of(x, xs, "i", env, args)
-        post_env = {node.name: f"v_{node.name}"}
-        post = self.exprs(g.epilogue, tuple(node.shape), "i", post_env, args)
-        otype = _CTYPE.get(out.dtype, "float")
+        code = self._line_code(g, node, x)
         # the position's digits: only those its largest value reaches
         shifts = [56, 48, 40, 32, *(s for s in (24, 16, 8, 0) if s == 0 or (length - 1) >> s)]
         load = [
             f"        const {index} i = b + ({index})e * {inner};",
             "        unsigned int key;",
-            *(f"        {line}" for line in pre),
-            *(f"        {line}" for line in _key(value, largest, signed_zero=not indices)),
+            *(f"        {line}" for line in code.pre),
+            *(f"        {line}" for line in _key(code.value, largest, signed_zero=not indices)),
             "        const unsigned long long full = ((unsigned long long)key << 32) | (unsigned int)e;",  # noqa: E501
         ]
         stored = "(long long)(sel[j] & 0xFFFFFFFFull)" if indices else _value("(unsigned int)(sel[j] >> 32)", largest)  # noqa: E501
@@ -188,7 +201,7 @@ class _SortEmitter(_EmitterBase):
             f"of {length} element(s) in {lines_n} line(s): a block per line, radix select of the "
             f"k-th key, the {k} keys sorted in shared memory",
             f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
-            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"{code.args.signature([f'{code.otype}* __restrict__ out'])}) {{",
             "  __shared__ unsigned int hist[256];",
             f"  __shared__ unsigned long long sel[{padded}];",
             "  __shared__ unsigned long long s_prefix;",
@@ -242,12 +255,10 @@ class _SortEmitter(_EmitterBase):
             "    }",
             "    __syncthreads();",
             *_bitonic("sel", "unsigned long long", padded, threads),
-            *_store_loop("j", k, threads, f"{out_base} + ({index})j * {out_inner}", index,
-                         f"{'long long' if indices else 'float'} v_{node.name} = {stored}",
-                         post, post_env[out.name]),
+            *code.store("j", k, threads, f"{out_base} + ({index})j * {out_inner}", index, stored),
             "    __syncthreads();  // the next line reuses the shared arrays",
             "  }",
             "}",
         ]
         grid = max(1, min(lines_n, _MAX_GRID))
-        return self._add_kernel(src, kernel, grid, threads, args, out)
+        return self._add_kernel(src, kernel, grid, threads, code.args, ir.node(g.output))
