@@ -267,7 +267,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         dim = int(a["dim"]) % max(len(s1), 1)
         if s1[dim] != s2[dim]:
             return None  # a broadcast along the reduced dim changes the norms
-        dim, eps = int(a["dim"]), float(a["eps"])
+        eps = float(a["eps"])
         n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, True), eps)
         n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, True), eps)
         prod = b("mul", torch.mul, b("div", torch.div, x1, n1), b("div", torch.div, x2, n2))
