@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.test_codegen_layouts_gpu import _on_the_gpu
+from tests.gpu.test_codegen_layouts_gpu import _matched_then_timed, _on_the_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -69,30 +69,9 @@ def _generated(source: str, marker: str = ""):  # noqa: ANN202
     return program
 
 
-def _matched_then_timed_against_eager(source: str, program) -> tuple[float, float]:  # noqa: ANN001
-    """The program matched against PyTorch at 1e-4 on three draws (TF32 off), then it and
-    eager PyTorch timed in turns: ``(program's ms, eager's ms)``, the best of three medians."""
-    import torch
-
-    from stitch_graph.execution.timing import time_cuda
-
-    namespace, reference, model = _on_the_gpu(source, program)
-    with torch.no_grad():
-        for seed in range(3):
-            torch.manual_seed(seed)
-            inputs = [x.cuda() for x in namespace["get_inputs"]()]
-            torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
-        turns = [
-            [time_cuda(lambda m=m: m(*inputs), runs=20)["median_ms"] for m in (model, reference)]
-            for _ in range(3)
-        ]
-    ours, eager = (min(column) for column in zip(*turns, strict=True))
-    return ours, eager
-
-
 def test_a_samplers_top_k_filter_matches_pytorch_at_eagers_speed() -> None:
     program = _generated(_SAMPLER, "radix select")
-    ours, eager = _matched_then_timed_against_eager(_SAMPLER, program)
+    ours, eager = _matched_then_timed(_SAMPLER, program)
     print(f"top-k filter of 32000: program {ours:.3f} ms, eager {eager:.3f} ms")
     assert ours <= eager * 1.1
 
@@ -111,5 +90,5 @@ def test_a_routers_weights_scattered_to_its_top_experts_match_pytorch() -> None:
 
 def test_topk_values_and_positions_of_a_long_line_match_pytorch() -> None:
     program = _generated(_LONG_LINE, "radix select")
-    ours, eager = _matched_then_timed_against_eager(_LONG_LINE, program)
+    ours, eager = _matched_then_timed(_LONG_LINE, program)
     print(f"topk 16 of 100000: program {ours:.3f} ms, eager {eager:.3f} ms")
