@@ -119,6 +119,26 @@ def get_init_inputs():
     return []
 """
 
+_ROW_EXPONENTIALS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, t):
+        return torch.cat([torch.softmax(x, -1), torch.log_softmax(x, -1),
+                          torch.logsumexp(x / t, -1, keepdim=True)], -1)
+
+
+def get_inputs():
+    # rows spread far below their maxima, where an approximate exp differs most
+    return [torch.randn(256, 4099) * 30, torch.rand(256, 1) + 0.05]
+
+
+def get_init_inputs():
+    return []
+"""
+
 _ORDER = """
 import torch
 import torch.nn as nn
@@ -207,6 +227,7 @@ CASES = {
     "gemm_batch_norm_columns": (_GEMM_BN, "a lane per column"),
     "repeated_layers_one_kernel": (_REPEATED, ""),
     "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
+    "row_exponentials_on_the_special_function_unit": (_ROW_EXPONENTIALS, "sg_row_exp("),
     "order_statistics_one_sort": (_ORDER, "bitonic"),
     "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
     "topk_and_argsort_indices": (_ARGSORT, "positions"),

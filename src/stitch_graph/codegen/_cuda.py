@@ -28,6 +28,9 @@ __device__ __forceinline__ float sg_mish(float x) {
   return x * __fdividef(t, t + 2.f);
 }
 __device__ __forceinline__ float sg_sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// exp of a value shifted by its row's maximum (so at most 0), for softmax and logsumexp, from the
+// special-function unit as Triton's exp: the error stays near 1e-7 absolute
+__device__ __forceinline__ float sg_row_exp(float x) { return __expf(x); }
 """
 """The activation helpers, apart so that the CPU emulation compiles the same text."""
 
@@ -184,7 +187,11 @@ struct SgLse {
   __device__ __forceinline__ void update(float v, long long) {
     if (v == -SG_INF) return;
     if (v != v) { m = v; s = v; return; }  // NaN: the row's result is NaN, as in PyTorch
-    if (v > m) { s = s * expf(m - v) + 1.f; m = v; } else { s += v == m ? 1.f : expf(v - m); }
+    if (v > m) {
+      s = s * sg_row_exp(m - v) + 1.f; m = v;
+    } else {
+      s += v == m ? 1.f : sg_row_exp(v - m);
+    }
   }
   // four values at once: one rescale at most; infinities and NaN take the one-by-one path
   __device__ __forceinline__ void update4(const float* x, long long k) {
@@ -194,14 +201,16 @@ struct SgLse {
       return;
     }
     const float hi = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-    if (hi > m) { s = s * expf(m - hi); m = hi; }
-    s += (expf(x[0] - m) + expf(x[1] - m)) + (expf(x[2] - m) + expf(x[3] - m));
+    if (hi > m) { s = s * sg_row_exp(m - hi); m = hi; }
+    s += (sg_row_exp(x[0] - m) + sg_row_exp(x[1] - m)) +
+         (sg_row_exp(x[2] - m) + sg_row_exp(x[3] - m));
   }
   __device__ __forceinline__ void combine(const SgLse& o) {
     if (o.m == -SG_INF) return;
     if (m == -SG_INF) { *this = o; return; }
     const float mx = fmaxf(m, o.m);  // equal maxima scale by 1, also when both are +inf
-    s = (m == mx ? s : s * expf(m - mx)) + (o.m == mx ? o.s : o.s * expf(o.m - mx)); m = mx;
+    s = (m == mx ? s : s * sg_row_exp(m - mx)) + (o.m == mx ? o.s : o.s * sg_row_exp(o.m - mx));
+    m = mx;
   }
   __device__ __forceinline__ SgLse shfl(int o) const {
     SgLse r; r.m = __shfl_xor_sync(SG_FULL, m, o); r.s = __shfl_xor_sync(SG_FULL, s, o);

@@ -258,7 +258,7 @@ class _Streams:
     def _finish(self, op: str, value: str) -> tuple[list[str], str]:
         """Lines turning the reduced ``acc`` into the row's statistics, and the op's value."""
         if op == "softmax":
-            return ["const float inv = 1.f / acc.s;"], f"expf({value} - acc.m) * inv"
+            return ["const float inv = 1.f / acc.s;"], f"sg_row_exp({value} - acc.m) * inv"
         if op == "log_softmax":
             return ["const float lse = acc.m + logf(acc.s);"], f"{value} - lse"
         if op == "rms_norm":
@@ -467,11 +467,11 @@ class _SoftmaxNormEmitter(_EmitterBase):
             if op in ("softmax", "log_softmax"):
                 stats = reduce("mx", [f"mx.update({s}, 0);"])
                 if op == "softmax":
-                    stats += reduce("sm", [f"{s} = expf({s} - mx.m);", f"sm.s += {s};"])
+                    stats += reduce("sm", [f"{s} = sg_row_exp({s} - mx.m);", f"sm.s += {s};"])
                     stats.append("const float inv = 1.f / sm.s;")
                     y = f"{s} * inv"
                 else:
-                    stats += reduce("sm", [f"sm.s += expf({s} - mx.m);"])
+                    stats += reduce("sm", [f"sm.s += sg_row_exp({s} - mx.m);"])
                     stats.append("const float lse = mx.m + logf(sm.s);")
                     y = f"{s} - lse"
             elif op == "rms_norm":
