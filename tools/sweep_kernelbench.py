@@ -320,9 +320,26 @@ def _serve(jobs: Any, rows: Any) -> None:
     while (job := jobs.get()) is not None:
         path, options = job
         try:
-            rows.put(("row", measure(Path(path), **options, progress=progress)))
+            row = measure(Path(path), **options, progress=progress)
         except Exception as error:  # noqa: BLE001
-            rows.put(("row", {"error": f"{type(error).__name__}: {error}"[:300]}))
+            row = {"error": f"{type(error).__name__}: {error}"[:300]}
+        broken = _cuda_broken()
+        rows.put(("row", {**row, "worker_retired": broken} if broken else row))
+        if broken:
+            return  # the next problem gets a fresh process
+
+
+def _cuda_broken() -> str:
+    """Why this process's CUDA state cannot time another problem ("" when it can): a sticky
+    kernel fault, or a generator left in capture mode by a failed graph capture, would turn
+    every later row into an error."""
+    import torch
+
+    try:
+        torch.randn(16, device="cuda").sum().item()
+    except Exception as error:  # noqa: BLE001 - any failure retires the worker
+        return f"{type(error).__name__}: {error}"[:200]
+    return ""
 
 
 def row_after_loss(partial: dict[str, Any] | None, why: str) -> dict[str, Any]:
@@ -363,6 +380,9 @@ class IsolatedMeasurer:
                     return self._lost(partial, why)
                 continue
             if kind == "row":
+                if row.get("worker_retired"):
+                    self._worker.join(timeout=30)
+                    self._worker = None
                 return row
             partial = row
         return self._lost(partial, f"no answer in {self._timeout:.0f} s")

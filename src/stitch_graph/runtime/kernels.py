@@ -644,5 +644,31 @@ def _capture(body: Any, inputs: tuple[Any, ...]) -> Any:
             outputs = body(*arguments)
     except Exception as error:  # noqa: BLE001 - any failure means plain launches instead
         torch.cuda.synchronize()
+        _end_generator_capture()
         return f"{type(error).__name__}: {error}"
     return graph, static_inputs, outputs
+
+
+def _end_generator_capture() -> None:
+    """Take CUDA's default generator out of capture mode after a failed capture.
+
+    A capture the CUDA runtime invalidated (a synchronising call in the body) ends before
+    PyTorch's capture epilogue, so the generator stays in capture mode and every later random
+    op of the process raises "Offset increment outside graph capture". A one-op capture runs the
+    prologue and the epilogue again, which ends that mode.
+    """
+    import torch
+
+    scratch = torch.zeros(1, device="cuda")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                scratch.add_(1)
+    except Exception as error:  # noqa: BLE001 - the plain launches go on without random ops
+        warnings.warn(
+            f"random ops may fail after a failed CUDA graph capture: {error}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    torch.cuda.synchronize()
