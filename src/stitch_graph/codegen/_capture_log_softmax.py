@@ -1,16 +1,21 @@
-"""``log_softmax`` read only by gathers and row sums or means along its dim, written from the
-row's logsumexp instead of as a tensor.
+"""``softmax`` and ``log_softmax`` that are only reduced, written from the row's logsumexp
+instead of as a tensor.
 
 ``log_softmax(x).gather(d, t) = x.gather(d, t) - lse`` and ``log_softmax(x).mean(d) =
 x.mean(d) - lse``: a cross entropy with label smoothing written by hand, or an NLL of picked
 log-probabilities, then reads ``x`` once (the logsumexp and the row sums share its pass) where
 it wrote the log-probabilities and read them back. ``F.cross_entropy`` is lowered this way
-already (``_capture_decompose``). Any other reader keeps the tensor.
+already (``_capture_decompose``).
+
+Where pointwise ops read the result and every chain of them ends in a sum or mean along the
+softmax's dim (a KL divergence or an entropy written by hand), ``log_softmax(x)`` is ``x - lse`` and ``softmax(x)``
+is ``exp(x - lse)``: pointwise ops the reduction computes as it reads, so no probability tensor
+is written and read back. Any other reader (a returned value, a matmul, a view) keeps the tensor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,18 +24,23 @@ import torch.fx
 from stitch_graph.codegen._capture_base import _subst
 from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_names import _canonical_name
-from stitch_graph.codegen.ir import ProgramIR, Ref
-from stitch_graph.codegen.ops import lookup
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ops import POINTWISE, lookup
+
+_ROW_OPS = ("softmax", "log_softmax")
+_CHAIN_DEPTH = 6  # pointwise ops between the softmax and the reduction that ends a chain
 
 
 @dataclass(frozen=True)
 class _RowLogSoftmax:
-    """A ``log_softmax`` its readers rewrite: its input and the row's logsumexp (the dim
-    dropped, so that a row mean beside it is a sibling reduction of the same pass)."""
+    """A ``softmax`` or ``log_softmax`` its readers rewrite: its input and the row's logsumexp
+    (the dim dropped, so that a row mean beside it is a sibling reduction of the same pass)."""
 
     x: Ref
     lse: Ref
     dim: int
+    op: str = "log_softmax"
+    name: str = ""
 
 
 def lower_log_softmax_rows(
@@ -43,9 +53,13 @@ def lower_log_softmax_rows(
     args = list(_subst(fx_node.args, env))
     kwargs = dict(_subst(fx_node.kwargs, env))
     b = _Builder(ir, ours, fx_node.name)
-    if args and isinstance(args[0], _RowLogSoftmax):
-        return _reader(b, _canonical_name(fx_node), args[0], _bound(fx_node, args, kwargs))
-    if _canonical_name(fx_node) != "log_softmax":
+    name = _canonical_name(fx_node)
+    rows = [v for v in [*args, *kwargs.values()] if isinstance(v, _RowLogSoftmax)]
+    if rows and args and rows[0] is args[0] and rows[0].op == "log_softmax" and name in _READERS:
+        return _reader(b, name, rows[0], _bound(fx_node, args, kwargs))
+    for row in rows:  # a pointwise reader: the value as pointwise ops of x and the lse
+        env[row.name] = _value(b, row)
+    if rows or name not in _ROW_OPS:
         return None
     a = _bound(fx_node, args, kwargs)
     x, dim = a.get("input"), a.get("dim")
@@ -54,9 +68,12 @@ def lower_log_softmax_rows(
     if a.get("dtype") is not None or not ir.shapes[x]:
         return None
     dim %= len(ir.shapes[x])
-    if not fx_node.users or not all(_rewritable(user, fx_node, dim, ir.shapes[x]) for user in fx_node.users):  # noqa: E501
+    direct = name == "log_softmax"
+    if not fx_node.users or not all(
+        _rewritable(user, fx_node, dim, ir.shapes[x], direct) for user in fx_node.users
+    ):
         return None
-    return _RowLogSoftmax(x, b("logsumexp", torch.logsumexp, x, dim), dim)
+    return _RowLogSoftmax(x, _row_lse(b, x, dim), dim, name, fx_node.name)
 
 
 def _bound(fx_node: torch.fx.Node, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -64,12 +81,18 @@ def _bound(fx_node: torch.fx.Node, args: list[Any], kwargs: dict[str, Any]) -> d
     return info.bind(args, kwargs) if info is not None else {}
 
 
-def _rewritable(user: torch.fx.Node, source: torch.fx.Node, dim: int, shape: tuple) -> bool:
-    """Whether ``user`` reads the log-softmax as a gather or a row sum or mean along ``dim``
-    (and as nothing else: not as the index, not twice)."""
+_READERS = ("gather", "sum", "mean")
+
+
+def _rewritable(
+    user: torch.fx.Node, source: torch.fx.Node, dim: int, shape: tuple, direct: bool
+) -> bool:
+    """Whether ``user`` reads the result as a gather or a row sum or mean along ``dim`` (a
+    ``log_softmax``'s ``direct`` readers; not as the index, not twice), or as a pointwise op
+    whose every chain of pointwise readers ends in a sum or a mean over ``dim``."""
     name = _canonical_name(user) if user.op in ("call_function", "call_method") else ""
-    if name not in ("gather", "sum", "mean") or not user.args or user.args[0] is not source:
-        return False
+    if name not in _READERS or not user.args or user.args[0] is not source or not direct:
+        return _reduced_later(user, dim, len(shape), _CHAIN_DEPTH)
     rest = [*user.args[1:], *user.kwargs.values()]
     if any(v is source for v in rest):
         return False
@@ -79,6 +102,88 @@ def _rewritable(user: torch.fx.Node, source: torch.fx.Node, dim: int, shape: tup
     if not isinstance(d, int) or d % len(shape) != dim:
         return False
     return name == "gather" or a.get("dtype") is None
+
+
+def _reduced_later(node: torch.fx.Node, dim: int, rank: int, depth: int) -> bool:
+    """Whether ``node`` is a sum or mean over ``dim`` (which ends a chain: the reduction
+    computes the values as it reads them, the row's lse constant along its row), or a pointwise
+    op whose readers, followed through pointwise ops, all end so."""
+    name = _canonical_name(node) if node.op in ("call_function", "call_method") else ""
+    if name in ("sum", "mean"):
+        d = _bound(node, list(node.args), dict(node.kwargs)).get("dim")
+        dims = [d] if isinstance(d, int) else list(d) if isinstance(d, list | tuple) else None
+        return dims is None or not dims or dim in [v % rank for v in dims]
+    info = lookup(name)
+    if depth == 0 or info is None or info.kind != POINTWISE or not node.users:
+        return False
+    return all(_reduced_later(user, dim, rank, depth - 1) for user in node.users)
+
+
+def _row_lse(b: _Builder, x: Ref, dim: int) -> Ref:
+    """The logsumexp of ``x``'s rows: one already taken of the same value (a softmax and a
+    log_softmax of ``x / T`` written twice) is reused. Where ``x`` is one pointwise op of a
+    stored tensor (``logits / T``), the logsumexp reads its own copy of that op, so that ``x``
+    keeps a single reader kernel, which computes it as it reads, and is never stored."""
+    for node in b.ir.nodes:
+        done = node.attrs.get("row_lse_of")
+        if done and node.args.get("dim") == dim and _same_value(b.ir, Ref(*done), x):
+            return Ref("node", node.name)
+    lse = b("logsumexp", torch.logsumexp, _recomputed(b, x), dim)
+    b.ir.node(lse.name).attrs["row_lse_of"] = (x.kind, x.name)
+    return lse
+
+
+def _producer(ir: ProgramIR, ref: Ref) -> OpNode | None:
+    """The one-op pointwise node that computes ``ref`` from stored tensors, if it is one."""
+    if ref.kind != "node":
+        return None
+    node = ir.node(ref.name)
+    info = lookup(node.op)
+    if info is None or info.kind != POINTWISE or info.name in _DRAWN:
+        return None
+    inputs = [v for v in node.args.values() if isinstance(v, Ref)]
+    return node if all(_producer_kind(ir, v) != POINTWISE for v in inputs) else None
+
+
+_DRAWN = ("dropout", "rand_like", "randn_like", "bernoulli")
+
+
+def _producer_kind(ir: ProgramIR, ref: Ref) -> str:
+    if ref.kind != "node":
+        return "input"
+    info = lookup(ir.node(ref.name).op)
+    return info.kind if info is not None else "unknown"
+
+
+def _same_value(ir: ProgramIR, a: Ref, b: Ref) -> bool:
+    """``a`` and ``b`` are one tensor, or one pointwise op of the same operands."""
+    if a == b:
+        return True
+    pa, pb = _producer(ir, a), _producer(ir, b)
+    return pa is not None and pb is not None and (pa.op, pa.args) == (pb.op, pb.args)
+
+
+def _recomputed(b: _Builder, x: Ref) -> Ref:
+    """A copy of ``x``'s one-op pointwise producer (``x`` itself where it has none)."""
+    node = _producer(b.ir, x)
+    if node is None:
+        return x
+    b.count += 1
+    copy = replace(node, name=f"{b.name}__{b.count}", attrs=dict(node.attrs))
+    copy.attrs.pop("strided_in_torch", None)
+    b.ir.nodes.append(copy)
+    ref = Ref("node", copy.name)
+    b.ours[ref] = torch.empty(node.shape, dtype=b.ours[x].dtype, device="meta")
+    b.ir.shapes[ref] = b.ir.shapes[x]
+    b.ir.strides[ref] = tuple(b.ours[ref].stride())
+    b.ir.dtypes[ref] = b.ir.dtypes[x]
+    return ref
+
+
+def _value(b: _Builder, row: _RowLogSoftmax) -> Ref:
+    """The softmax or log-softmax itself, as pointwise ops of its input and the row's lse."""
+    shifted = b("sub", torch.sub, row.x, b("unsqueeze", "unsqueeze", row.lse, row.dim))
+    return b("exp", torch.exp, shifted) if row.op == "softmax" else shifted
 
 
 def _reader(b: _Builder, name: str, row: _RowLogSoftmax, a: dict[str, Any]) -> Ref:
