@@ -11,6 +11,7 @@ This module maps between the two: ``_canonical_name`` and ``_variant`` pick the 
 from __future__ import annotations
 
 import builtins
+import itertools
 import operator
 from typing import Any
 
@@ -228,6 +229,36 @@ def _same_padding(ir: ProgramIR, bound: dict[str, Any], nd: int) -> Any:
     return [t // 2 for t in totals] if all(t % 2 == 0 for t in totals) else "same"
 
 
+def _progression_as_slice(
+    items: tuple[Any, ...], shape: tuple[int, ...], fx_node: torch.fx.Node
+) -> tuple[Any, ...] | None:
+    """``x[:, [i, i + s, ...]]`` as ``x[:, i:j:s]``: the same values as a view, where PyTorch
+    copies the list to the GPU on every call (a synchronising copy no CUDA graph captures).
+    Only beside plain slices (an int index would move the dim) and where nothing writes the
+    result in place (it would write ``x``)."""
+    lists = [k for k, item in enumerate(items) if isinstance(item, list)]
+    if len(lists) != 1 or not all(isinstance(i, slice) for i in items if not isinstance(i, list)):
+        return None
+    pos, values = lists[0], items[lists[0]]
+    if pos >= len(shape) or not values or not all(type(v) is int for v in values):
+        return None
+    if any(-shape[pos] > v or v >= shape[pos] for v in values) or _written_in_place(fx_node):
+        return None
+    v = [x % shape[pos] for x in values]
+    step = v[1] - v[0] if len(v) > 1 else 1
+    if step < 1 or any(b - a != step for a, b in itertools.pairwise(v)):
+        return None
+    return (*items[:pos], slice(v[0], v[-1] + 1, step), *items[pos + 1 :])
+
+
+def _written_in_place(fx_node: torch.fx.Node) -> bool:
+    for user in fx_node.users:
+        name = str(getattr(user.target, "__name__", user.target))
+        if user.target is operator.setitem or (name.endswith("_") and not name.endswith("__")):
+            return True
+    return False
+
+
 def _variant(
     ir: ProgramIR,
     op: str,
@@ -284,6 +315,10 @@ def _variant(
             return new_op, dict(parent.args), attrs
         index = bound.get("index")
         items = index if isinstance(index, tuple) else (index,)
+        sliced = _progression_as_slice(items, ir.shapes.get(src, ()), fx_node)
+        if sliced is not None and isinstance(call_args, list) and len(call_args) == 2:
+            call_args[1] = sliced
+            return "getitem", {**bound, "index": sliced}, attrs
         if any(isinstance(i, Ref) for i in _flat(list(items))):
             # advanced indexing with a tensor copies: not a view
             return "index", {"input": src, "indices": items}, attrs
