@@ -170,3 +170,27 @@ def test_a_row_says_why_an_emitter_fault_left_an_item_to_pytorch(sweep, tmp_path
     _task, _cand, info = sweep._generate(problem, tune=False)
     assert "max_pool2d" in info["declared"]
     assert info["left_to_pytorch"] == ["k0 left to PyTorch: AttributeError: no such emitter"]
+
+
+def test_a_worker_whose_cuda_state_broke_retires_after_its_row(sweep, monkeypatch):
+    """A failed graph capture or a sticky fault would make every later row of the process an
+    error: the worker sends its row, marked, and exits, leaving the next job to a fresh one."""
+    import queue
+
+    monkeypatch.setattr(sweep, "measure", lambda path, **options: {"problem": path.name})
+    monkeypatch.setattr(sweep, "_cuda_broken", lambda: "RuntimeError: offset increment")
+    jobs, rows = queue.Queue(), queue.Queue()
+    for name in ("a.py", "b.py"):
+        jobs.put((name, {}))
+    sweep._serve(jobs, rows)
+    assert rows.get_nowait() == (
+        "row",
+        {"problem": "a.py", "worker_retired": "RuntimeError: offset increment"},
+    )
+    assert rows.empty()
+    assert list(jobs.queue) == [("b.py", {})]  # left for the next worker
+
+    monkeypatch.setattr(sweep, "_cuda_broken", lambda: "")
+    jobs.put(None)
+    sweep._serve(jobs, rows)
+    assert rows.get_nowait() == ("row", {"problem": "b.py"})  # no mark: the worker goes on
