@@ -39,6 +39,12 @@ CASES = [
         return x + y""",
         "[0]",
     ),  # written in place: a view would write x
+    (
+        """y = x[:, [4]]
+        y += 1
+        return x * y""",
+        "[4]",
+    ),
 ]
 
 

@@ -8,9 +8,10 @@ it wrote the log-probabilities and read them back. ``F.cross_entropy`` is lowere
 already (``_capture_decompose``).
 
 Where pointwise ops read the result and every chain of them ends in a sum or mean along the
-softmax's dim (a KL divergence or an entropy written by hand), ``log_softmax(x)`` is ``x - lse`` and ``softmax(x)``
-is ``exp(x - lse)``: pointwise ops the reduction computes as it reads, so no probability tensor
-is written and read back. Any other reader (a returned value, a matmul, a view) keeps the tensor.
+softmax's dim (a KL divergence or an entropy written by hand), ``log_softmax(x)`` is
+``x - lse`` and ``softmax(x)`` is ``exp(x - lse)``: pointwise ops the reduction computes as it
+reads, so no probability tensor is written and read back. Any other reader (a returned value,
+a matmul, a view) keeps the tensor.
 """
 
 from __future__ import annotations
@@ -139,13 +140,10 @@ def _producer(ir: ProgramIR, ref: Ref) -> OpNode | None:
         return None
     node = ir.node(ref.name)
     info = lookup(node.op)
-    if info is None or info.kind != POINTWISE or info.name in _DRAWN:
+    if info is None or info.kind != POINTWISE:  # random ops are of other kinds
         return None
     inputs = [v for v in node.args.values() if isinstance(v, Ref)]
     return node if all(_producer_kind(ir, v) != POINTWISE for v in inputs) else None
-
-
-_DRAWN = ("dropout", "rand_like", "randn_like", "bernoulli")
 
 
 def _producer_kind(ir: ProgramIR, ref: Ref) -> str:
@@ -169,7 +167,14 @@ def _recomputed(b: _Builder, x: Ref) -> Ref:
     if node is None:
         return x
     b.count += 1
-    copy = replace(node, name=f"{b.name}__{b.count}", attrs=dict(node.attrs))
+    copy = replace(
+        node,
+        name=f"{b.name}__{b.count}",
+        args=dict(node.args),
+        call_args=list(node.call_args),
+        call_kwargs=dict(node.call_kwargs),
+        attrs=dict(node.attrs),
+    )
     copy.attrs.pop("strided_in_torch", None)
     b.ir.nodes.append(copy)
     ref = Ref("node", copy.name)

@@ -251,10 +251,18 @@ def _progression_as_slice(
     return (*items[:pos], slice(v[0], v[-1] + 1, step), *items[pos + 1 :])
 
 
+_IN_PLACE_OPERATORS = (
+    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+)  # fmt: skip
+
+
 def _written_in_place(fx_node: torch.fx.Node) -> bool:
+    """Whether a reader of ``fx_node`` writes it in place (``y[...] = v``, ``y += 1``,
+    ``y.mul_(3)``)."""
     for user in fx_node.users:
         name = str(getattr(user.target, "__name__", user.target))
-        if user.target is operator.setitem or (name.endswith("_") and not name.endswith("__")):
+        if user.target in _IN_PLACE_OPERATORS or (name.endswith("_") and not name.endswith("__")):
             return True
     return False
 
