@@ -51,6 +51,7 @@ from stitch_graph.codegen._capture_passes import (
     _split_library_bias,
 )
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
+from stitch_graph.codegen._capture_shared_rows import share_row_passes
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -256,6 +257,7 @@ def _lower(
     _eliminate_dead(ir)
     _insert_copies(ir)
     _split_library_bias(ir)
+    share_row_passes(ir)
     return ir
 
 

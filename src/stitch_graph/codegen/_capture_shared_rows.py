@@ -1,0 +1,98 @@
+"""Reductions of the same rows read by different kernels, taken in one pass.
+
+A hand-written label-smoothed cross entropy takes the logsumexp and the mean of the same
+logits rows; the logsumexp is read by the picked-class term and by the smoothing term, so the
+scheduler cannot make the two reductions siblings of one kernel (each result must reach its
+readers), and the logits are read twice. Here the reductions' results are concatenated along
+dim 0 and each reader reads its slice, a view: the scheduler then takes them as siblings that
+store into their slices of the concatenation (``_cat_slices``), one pass over the rows.
+
+Only for large inputs, where a pass over the rows costs more than the launch of the small
+kernel the readers may need apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+
+_SHARED = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
+_MOST = 3  # the scheduler's limit on siblings of one pass
+_LARGE = 1 << 21  # elements (8 MB of float32): a pass that costs more than a launch
+
+
+def share_row_passes(ir: ProgramIR) -> None:
+    """Concatenate the results of reductions of the same rows of one large input that
+    different kernels read, so that one pass takes them all."""
+    users = ir.users()
+    same_rows: dict[tuple[Any, ...], list[OpNode]] = {}
+    for node in ir.nodes:
+        src = node.args.get("input")
+        if node.op not in _SHARED or node.dtype != "float32" or not isinstance(src, Ref):
+            continue
+        if not node.shape or numel(ir.shapes[src]) < _LARGE or "output" in users[node.name]:
+            continue
+        if node.tensor_refs() != [src] or ir.dtypes[src] != "float32":
+            continue
+        dims = node.args.get("dim")
+        if dims is None:
+            continue  # a whole-tensor reduction: no rows to share
+        rank = len(ir.shapes[src])
+        dims = tuple(sorted(int(d) % rank for d in (dims if isinstance(dims, list | tuple) else [dims])))
+        same_rows.setdefault((src, dims, node.shape), []).append(node)
+    for nodes in same_rows.values():
+        nodes = nodes[:_MOST]
+        readers = {u for n in nodes for u in users[n.name]}
+        if len(nodes) > 1 and len(readers) > 1:  # one reader of all: siblings already
+            _concatenate(ir, nodes)
+
+
+def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:
+    """``cat(results, 0)`` after the first reduction (the others moved up beside it: they read
+    only the input it reads), and each result's readers reading its slice instead."""
+    names = {n.name for n in nodes}
+    refs = [Ref("node", n.name) for n in nodes]
+    rows = nodes[0].shape[0]
+    shape = (rows * len(nodes), *nodes[0].shape[1:])
+    cat_name = f"{nodes[0].name}__rows"
+    cat = OpNode(cat_name, "cat", {"tensors": refs, "dim": 0}, shape, "float32", "torch.cat",
+                 [refs, 0], {})
+    cat_ref = Ref("node", cat_name)
+    _describe(ir, cat_ref, shape)
+    views: dict[str, Ref] = {}
+    added = [*nodes, cat]
+    for k, n in enumerate(nodes):
+        index = (slice(k * rows, (k + 1) * rows, None),)
+        view = OpNode(f"{n.name}__row", "getitem", {"input": cat_ref, "index": index}, n.shape,
+                      "float32", "operator.getitem", [cat_ref, index], {})
+        views[n.name] = Ref("node", view.name)
+        _describe(ir, views[n.name], n.shape)
+        added.append(view)
+    for node in ir.nodes:
+        if node.name not in names:
+            node.args = _rewired(node.args, views)
+            node.call_args = _rewired(node.call_args, views)
+            node.call_kwargs = _rewired(node.call_kwargs, views)
+    at = ir.nodes.index(nodes[0])
+    rest = [n for n in ir.nodes if n.name not in names]
+    ir.nodes = [*rest[:at], *added, *rest[at:]]
+
+
+def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...]) -> None:
+    ir.shapes[ref] = shape
+    ir.strides[ref] = contiguous_strides(shape)
+    ir.dtypes[ref] = "float32"
+
+
+def _rewired(value: Any, views: dict[str, Ref]) -> Any:
+    """``value`` with every reference to a concatenated result replaced by its slice."""
+    if isinstance(value, Ref):
+        return views.get(value.name, value) if value.kind == "node" else value
+    if isinstance(value, dict):
+        return {k: _rewired(v, views) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rewired(v, views) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_rewired(v, views) for v in value)
+    return value

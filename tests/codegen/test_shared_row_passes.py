@@ -1,0 +1,72 @@
+"""Reductions of the same rows that different kernels read are taken in one pass: their results
+are concatenated and each reader reads its slice. Every case matches PyTorch in the CPU
+emulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import _capture_shared_rows, capture_program, plan_program
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, t):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(6, 40), torch.randint(0, 40, (6,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+SHARED = [
+    # a label-smoothed cross entropy: the logsumexp is read by both terms
+    """lp = F.log_softmax(x, dim=-1)
+        nll = -lp.gather(-1, t[:, None]).squeeze(1)
+        return (0.9 * nll - 0.1 * lp.mean(-1)).mean()""",
+    # a mean and a max of the same rows, read apart
+    """m = x.mean(1)
+        return torch.stack([m * 2, x.amax(1) - m]).sum(0)""",
+]
+KEPT = [
+    "return x.mean(1) - x.amax(1)",  # one reader of both: siblings already
+    "return x.mean(1), x.amax(1) * 2",  # a returned result
+]
+
+
+def _passes_over_x(task) -> int:  # noqa: ANN001
+    items = plan_program(capture_program(task)).items
+    return sum(item.kind == "reduction" and "x" in item.shapes for item in items)
+
+
+@pytest.mark.parametrize(("body", "shared"), [(b, True) for b in SHARED] + [(b, False) for b in KEPT])
+def test_reductions_of_the_same_rows_read_apart_share_one_pass(
+    body: str, shared: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_capture_shared_rows, "_LARGE", 0)  # the emulation's inputs are small
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops
+    plan = plan_program(capture_program(task))
+    concatenated = any("siblings" in i.fusion and "epilogue cat" in i.fusion for i in plan.items)
+    assert concatenated is shared, [item.fusion for item in plan.items]
+    if shared:
+        assert _passes_over_x(task) == 1, [item.fusion for item in plan.items]
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_small_inputs_keep_their_passes() -> None:
+    """Below the size where a pass costs more than a launch, nothing is concatenated."""
+    from stitch_graph.task import load_task
+
+    ir = capture_program(load_task(_PROBLEM.format(body=SHARED[1])))
+    assert not any(node.name.endswith("__rows") for node in ir.nodes)
