@@ -29,18 +29,25 @@ def get_init_inputs():
     return []
 """
 
+# a standardisation per sample whose statistics are read apart
+_STANDARDIZE = """d = tuple(range(1, x.dim()))
+        m = x.mean(d, keepdim=True)
+        return (x - m) / (x.std(d, keepdim=True) + 1e-5)"""
+# a channels-first layer norm: one kernel reads the rows once and writes them normalised
+_LAYER_NORM = """u = x.mean(1, keepdim=True)
+        return (x - u) / torch.sqrt((x - u).pow(2).mean(1, keepdim=True) + 1e-5)"""
+
 SHARED = [
     # a label-smoothed cross entropy: the logsumexp is read by both terms
     """lp = F.log_softmax(x, dim=-1)
         nll = -lp.gather(-1, t[:, None]).squeeze(1)
         return (0.9 * nll - 0.1 * lp.mean(-1)).mean()""",
-    # a mean and a max of the same rows, read apart
-    """m = x.mean(1)
-        return torch.stack([m * 2, x.amax(1) - m]).sum(0)""",
+    "return x.mean(1), x.std(1)",  # statistics returned apart
+    _STANDARDIZE,
 ]
 KEPT = [
     "return x.mean(1) - x.amax(1)",  # one reader of both: siblings already
-    "return x.mean(1), x.amax(1) * 2",  # a returned result
+    "return x.mean(1), x.amax(0)",  # other rows
 ]
 
 
@@ -64,9 +71,18 @@ def test_reductions_of_the_same_rows_read_apart_share_one_pass(
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
-def test_small_inputs_keep_their_passes() -> None:
-    """Below the size where a pass costs more than a launch, nothing is concatenated."""
+# a standardisation per sample whose statistics are read apart
+@pytest.mark.parametrize(
+    ("body", "shape", "shared"),
+    [
+        (_STANDARDIZE, (128, 64, 64, 64), True),
+        (_STANDARDIZE, (6, 40), False),  # small: a pass costs less than a launch
+        (_LAYER_NORM, (32, 96, 64, 64), False),  # sharing would add a pass
+    ],
+)
+def test_sharing_is_taken_where_the_estimate_falls(body: str, shape: tuple, shared: bool) -> None:
     from stitch_graph.task import load_task
 
-    ir = capture_program(load_task(_PROBLEM.format(body=SHARED[1])))
-    assert not any(node.name.endswith("__rows") for node in ir.nodes)
+    source = _PROBLEM.format(body=body).replace("torch.randn(6, 40)", f"torch.randn{shape}")
+    ir = capture_program(load_task(source))
+    assert any(node.name.endswith("__rows") for node in ir.nodes) is shared

@@ -1,4 +1,4 @@
-"""Reductions of the same rows read by different kernels, taken in one pass.
+"""Reductions of the same rows read by different kernels (or returned), taken in one pass.
 
 A hand-written label-smoothed cross entropy takes the logsumexp and the mean of the same
 logits rows; the logsumexp is read by the picked-class term and by the smoothing term, so the
@@ -7,17 +7,20 @@ readers), and the logits are read twice. Here the reductions' results are concat
 dim 0 and each reader reads its slice, a view: the scheduler then takes them as siblings that
 store into their slices of the concatenation (``_cat_slices``), one pass over the rows.
 
-Only for large inputs, where a pass over the rows costs more than the launch of the small
-kernel the readers may need apart.
+Only for large inputs, and only where the scheduler's estimate of the device time (passes over
+memory and launches) falls: a layer norm whose statistics are read back over the rows they
+reduce is one kernel as it is, and would become two.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+from stitch_graph.codegen.schedule import LAUNCH_US, estimate_us, schedule_program
 
-_SHARED = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
+_SHARED = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "var", "std"})
 _MOST = 3  # the scheduler's limit on siblings of one pass
 _LARGE = 1 << 21  # elements (8 MB of float32): a pass that costs more than a launch
 
@@ -31,7 +34,7 @@ def share_row_passes(ir: ProgramIR) -> None:
         src = node.args.get("input")
         if node.op not in _SHARED or node.dtype != "float32" or not isinstance(src, Ref):
             continue
-        if not node.shape or numel(ir.shapes[src]) < _LARGE or "output" in users[node.name]:
+        if not node.shape or numel(ir.shapes[src]) < _LARGE:
             continue
         if node.tensor_refs() != [src] or ir.dtypes[src] != "float32":
             continue
@@ -44,8 +47,22 @@ def share_row_passes(ir: ProgramIR) -> None:
     for nodes in same_rows.values():
         nodes = nodes[:_MOST]
         readers = {u for n in nodes for u in users[n.name]}
-        if len(nodes) > 1 and len(readers) > 1:  # one reader of all: siblings already
-            _concatenate(ir, nodes)
+        if len(nodes) > 1 and (len(readers) > 1 or readers == {"output"}) and _pays(ir, nodes):
+            _concatenate(ir, nodes)  # (one node reading them all makes them siblings already)
+
+
+def _pays(ir: ProgramIR, nodes: list[OpNode]) -> bool:
+    """Whether the scheduled program's estimated device time falls with ``nodes`` shared."""
+    trial = copy.copy(ir)
+    trial.nodes = [copy.copy(n) for n in ir.nodes]
+    trial.shapes, trial.strides, trial.dtypes = dict(ir.shapes), dict(ir.strides), dict(ir.dtypes)
+    _concatenate(trial, [trial.node(n.name) for n in nodes])
+    return _device_us(trial) < _device_us(ir)
+
+
+def _device_us(ir: ProgramIR) -> float:
+    groups = schedule_program(ir)
+    return sum(estimate_us(ir, g) for g in groups) + LAUNCH_US * len(groups)
 
 
 def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:
@@ -74,6 +91,7 @@ def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:
             node.args = _rewired(node.args, views)
             node.call_args = _rewired(node.call_args, views)
             node.call_kwargs = _rewired(node.call_kwargs, views)
+    ir.outputs = _rewired(ir.outputs, views)
     at = ir.nodes.index(nodes[0])
     rest = [n for n in ir.nodes if n.name not in names]
     ir.nodes = [*rest[:at], *added, *rest[at:]]
