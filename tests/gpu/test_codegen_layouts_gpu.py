@@ -139,6 +139,27 @@ def get_init_inputs():
     return []
 """
 
+_LABEL_SMOOTHING = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, logits, target):
+        logp = F.log_softmax(logits, dim=-1)
+        nll = -logp.gather(-1, target[:, None]).squeeze(1)
+        return (0.9 * nll - 0.1 * logp.mean(-1)).mean()
+
+
+def get_inputs():
+    return [torch.randn(1024, 32000), torch.randint(0, 32000, (1024,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
 _ORDER = """
 import torch
 import torch.nn as nn
@@ -228,6 +249,7 @@ CASES = {
     "repeated_layers_one_kernel": (_REPEATED, ""),
     "activations_on_the_special_function_unit": (_ACTIVATIONS, "sg_mish("),
     "row_exponentials_on_the_special_function_unit": (_ROW_EXPONENTIALS, "sg_row_exp("),
+    "reductions_of_shared_rows_in_one_pass": (_LABEL_SMOOTHING, "__rows"),
     "order_statistics_one_sort": (_ORDER, "bitonic"),
     "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
     "topk_and_argsort_indices": (_ARGSORT, "positions"),
