@@ -50,6 +50,7 @@ from stitch_graph.codegen._capture_passes import (
     _insert_copies,
     _split_library_bias,
 )
+from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_shared_rows import share_row_passes
 from stitch_graph.codegen._capture_trace import (
@@ -258,6 +259,7 @@ def _lower(
     _insert_copies(ir)
     _split_library_bias(ir)
     share_row_passes(ir)
+    recompute_cheap_producers(ir)
     return ir
 
 

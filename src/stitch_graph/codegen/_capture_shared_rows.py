@@ -14,11 +14,10 @@ reduce is one kernel as it is, and would become two.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from stitch_graph.codegen._capture_estimate import device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
-from stitch_graph.codegen.schedule import LAUNCH_US, estimate_us, schedule_program
 
 _SHARED = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "var", "std"})
 _MOST = 3  # the scheduler's limit on siblings of one pass
@@ -53,16 +52,9 @@ def share_row_passes(ir: ProgramIR) -> None:
 
 def _pays(ir: ProgramIR, nodes: list[OpNode]) -> bool:
     """Whether the scheduled program's estimated device time falls with ``nodes`` shared."""
-    trial = copy.copy(ir)
-    trial.nodes = [copy.copy(n) for n in ir.nodes]
-    trial.shapes, trial.strides, trial.dtypes = dict(ir.shapes), dict(ir.strides), dict(ir.dtypes)
+    trial = trial_copy(ir)
     _concatenate(trial, [trial.node(n.name) for n in nodes])
-    return _device_us(trial) < _device_us(ir)
-
-
-def _device_us(ir: ProgramIR) -> float:
-    groups = schedule_program(ir)
-    return sum(estimate_us(ir, g) for g in groups) + LAUNCH_US * len(groups)
+    return device_us(trial) < device_us(ir)
 
 
 def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:

@@ -1,0 +1,100 @@
+"""Cheap pointwise values that several kernels read, computed by each of them instead of stored.
+
+A rotary embedding looks up its sin and cos rows by position and repeats them, and two
+products (for q and for k) read them: the scheduler keeps such a value in memory, one kernel
+to write it and one read in each reader. Where the value is one cheap op of stored tensors,
+each reader gets its own copy of the op, which the reader's kernel computes as it loads (a
+prologue or an epilogue member), and the kernel that stored it goes. As Inductor recomputes
+pointwise values rather than realising them.
+
+The copies are kept only where the scheduler's estimate of the device time falls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
+
+_CHEAP_FLOPS = 8.0  # per element: an exp, a divide, a lookup, not a GELU chain
+_MOST_READERS = 4
+_WHOLE = frozenset({"cat", "stack", "setitem"})  # written in place or by slices: kept whole
+_COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
+
+
+def recompute_cheap_producers(ir: ProgramIR) -> None:
+    """Give each reader kernel its own copy of a cheap pointwise value of stored tensors, where
+    that lowers the estimated device time."""
+    users = ir.users()
+    trial = trial_copy(ir)
+    copies = 0
+    for node in list(trial.nodes):
+        readers = [u for u in users[node.name] if u != "output"]
+        if not 2 <= len(readers) <= _MOST_READERS or not _cheap(trial, node):
+            continue
+        if not all(_computes_on_load(trial.node(r)) for r in readers):
+            continue
+        for k, reader in enumerate(readers[1:], start=1):
+            _give_copy(trial, node, trial.node(reader), k)
+            copies += 1
+    if copies and device_us(trial) < device_us(ir):
+        adopt(ir, trial)
+
+
+def _cheap(ir: ProgramIR, node: OpNode) -> bool:
+    """A pointwise op of a few FLOPs whose operands are stored anyway (inputs, parameters,
+    results of other kinds of ops, views of them): copying it copies no chain of work."""
+    info = lookup(node.op)
+    if info is None or info.kind != POINTWISE or node.op in _WHOLE or info.flops > _CHEAP_FLOPS:
+        return False
+    return all(_stored(ir, ref) for ref in node.tensor_refs())
+
+
+def _stored(ir: ProgramIR, ref: Ref) -> bool:
+    while ref.kind == "node":
+        node = ir.node(ref.name)
+        info = lookup(node.op)
+        if info is None or info.kind != "view":
+            return info is None or info.kind != POINTWISE
+        source = node.args.get("input")
+        if not isinstance(source, Ref):
+            return True
+        ref = source
+    return True
+
+
+def _computes_on_load(reader: OpNode) -> bool:
+    info = lookup(reader.op)
+    return info is not None and info.kind in _COMPUTES_ON_LOAD and reader.op not in _WHOLE
+
+
+def _give_copy(ir: ProgramIR, node: OpNode, reader: OpNode, k: int) -> None:
+    """A copy of ``node`` placed after it, read by ``reader`` in its place."""
+    name = f"{node.name}__again{k}"
+    copy = replace(
+        node,
+        name=name,
+        args=dict(node.args),
+        call_args=list(node.call_args),
+        call_kwargs=dict(node.call_kwargs),
+        attrs=dict(node.attrs),
+    )
+    old, new = Ref("node", node.name), Ref("node", name)
+    for table in (ir.shapes, ir.strides, ir.dtypes):
+        table[new] = table[old]
+    reader.args = _swap(reader.args, old, new)
+    reader.call_args = _swap(reader.call_args, old, new)
+    reader.call_kwargs = _swap(reader.call_kwargs, old, new)
+    ir.nodes.insert(ir.nodes.index(node) + 1, copy)
+
+
+def _swap(value, old: Ref, new: Ref):  # noqa: ANN001, ANN202 - nested argument containers
+    if value == old:
+        return new
+    if isinstance(value, dict):
+        return {k: _swap(v, old, new) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_swap(v, old, new) for v in value)
+    return value

@@ -1,0 +1,74 @@
+"""A cheap pointwise value of stored tensors that several kernels read is computed by each of
+them instead of stored, where the scheduler's estimate falls: fewer kernels, the same values
+(checked in the CPU emulation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import _capture_lower, capture_program, plan_program
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 64, 3)
+
+    def forward(self, x, t):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(64, 48), torch.randint(0, 3, (64,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = [
+    # the mask of counted targets, read by the logsumexp's pass and by the count
+    "return F.cross_entropy(x, t)",
+    "return F.cross_entropy(x, t, label_smoothing=0.1)",
+]
+
+
+def _kernels(source: str) -> int:
+    from stitch_graph.task import load_task
+
+    return len(plan_program(capture_program(load_task(source))).items)
+
+
+@pytest.mark.parametrize("body", CASES)
+def test_a_cheap_value_read_by_several_kernels_is_computed_by_each(
+    body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _PROBLEM.format(body=body)
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    fewer = _kernels(source)
+    monkeypatch.setattr(_capture_lower, "recompute_cheap_producers", lambda ir: None)
+    assert fewer < _kernels(source)
+
+
+def test_a_convolutions_relu_read_twice_is_computed_by_the_kernel_that_reads_it() -> None:
+    """A hard-swish of a convolution's ReLU (KernelBench L2 57's shapes): the ReLU, read by
+    the product and by the clamp, was the epilogue kernel's result after the convolution; each
+    reader computing it leaves the convolution alone and one kernel after it, a pass fewer."""
+    from stitch_graph.task import load_task
+
+    body = """r = torch.relu(self.conv(x))
+        return r * torch.clamp(r + 3, 0, 6) / 6"""
+    source = _PROBLEM.format(body=body).replace(
+        "torch.randn(64, 48)", "torch.randn(128, 8, 128, 128)"
+    )
+    items = plan_program(capture_program(load_task(source))).items
+    assert [item.ops for item in items if item.kind == "conv"] == [["conv2d"]], items
