@@ -83,6 +83,18 @@ def _subst(value: Any, env: dict[str, Any]) -> Any:
     return value
 
 
+def _with_refs(value: Any, by_name: dict[str, Ref]) -> Any:
+    """``value`` (an argument, nested in lists, tuples and dicts) with every node reference
+    that ``by_name`` names replaced by the reference it maps it to."""
+    if isinstance(value, Ref):
+        return by_name.get(value.name, value) if value.kind == "node" else value
+    if isinstance(value, dict):
+        return {k: _with_refs(v, by_name) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_with_refs(v, by_name) for v in value)
+    return value
+
+
 def _node_of(ir: ProgramIR, ref: Ref) -> OpNode | None:
     """The node that computes ``ref``; ``None`` for inputs and parameters."""
     if ref.kind != "node":

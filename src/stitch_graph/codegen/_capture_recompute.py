@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from stitch_graph.codegen._capture_base import _with_refs
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
@@ -84,17 +85,8 @@ def _give_copy(ir: ProgramIR, node: OpNode, reader: OpNode, k: int) -> None:
     old, new = Ref("node", node.name), Ref("node", name)
     for table in (ir.shapes, ir.strides, ir.dtypes):
         table[new] = table[old]
-    reader.args = _swap(reader.args, old, new)
-    reader.call_args = _swap(reader.call_args, old, new)
-    reader.call_kwargs = _swap(reader.call_kwargs, old, new)
+    swap = {node.name: new}
+    reader.args = _with_refs(reader.args, swap)
+    reader.call_args = _with_refs(reader.call_args, swap)
+    reader.call_kwargs = _with_refs(reader.call_kwargs, swap)
     ir.nodes.insert(ir.nodes.index(node) + 1, copy)
-
-
-def _swap(value, old: Ref, new: Ref):  # noqa: ANN001, ANN202 - nested argument containers
-    if value == old:
-        return new
-    if isinstance(value, dict):
-        return {k: _swap(v, old, new) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_swap(v, old, new) for v in value)
-    return value

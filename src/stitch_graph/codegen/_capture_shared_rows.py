@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stitch_graph.codegen._capture_base import _with_refs
 from stitch_graph.codegen._capture_estimate import device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
 
@@ -80,10 +81,10 @@ def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:
         added.append(view)
     for node in ir.nodes:
         if node.name not in names:
-            node.args = _rewired(node.args, views)
-            node.call_args = _rewired(node.call_args, views)
-            node.call_kwargs = _rewired(node.call_kwargs, views)
-    ir.outputs = _rewired(ir.outputs, views)
+            node.args = _with_refs(node.args, views)
+            node.call_args = _with_refs(node.call_args, views)
+            node.call_kwargs = _with_refs(node.call_kwargs, views)
+    ir.outputs = _with_refs(ir.outputs, views)
     at = ir.nodes.index(nodes[0])
     rest = [n for n in ir.nodes if n.name not in names]
     ir.nodes = [*rest[:at], *added, *rest[at:]]
@@ -93,16 +94,3 @@ def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...]) -> None:
     ir.shapes[ref] = shape
     ir.strides[ref] = contiguous_strides(shape)
     ir.dtypes[ref] = "float32"
-
-
-def _rewired(value: Any, views: dict[str, Ref]) -> Any:
-    """``value`` with every reference to a concatenated result replaced by its slice."""
-    if isinstance(value, Ref):
-        return views.get(value.name, value) if value.kind == "node" else value
-    if isinstance(value, dict):
-        return {k: _rewired(v, views) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rewired(v, views) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_rewired(v, views) for v in value)
-    return value
