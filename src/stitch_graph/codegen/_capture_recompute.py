@@ -1,13 +1,14 @@
 """Cheap pointwise values that several kernels read, computed by each of them instead of stored.
 
-A rotary embedding looks up its sin and cos rows by position and repeats them, and two
-products (for q and for k) read them: the scheduler keeps such a value in memory, one kernel
-to write it and one read in each reader. Where the value is one cheap op of stored tensors,
-each reader gets its own copy of the op, which the reader's kernel computes as it loads (a
-prologue or an epilogue member), and the kernel that stored it goes. As Inductor recomputes
-pointwise values rather than realising them.
+A cross entropy's mask of counted targets is read by the logsumexp's pass and by the count; a
+hard-swish after a convolution reads its ReLU twice, and the ReLU became the convolution's
+epilogue kernel. The scheduler keeps such a value in memory: one kernel writes it and each
+reader reads it back. Where the value is one cheap op of stored tensors, each reader gets its
+own copy of the op, which the reader's kernel computes as it loads (a prologue or an epilogue
+member), and the kernel that stored it goes.
 
-The copies are kept only where the scheduler's estimate of the device time falls.
+The copies are kept only where the scheduler's estimate of the device time falls. A value
+reached through views (a rotary embedding's repeated sin and cos rows) is not copied yet.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def _cheap(ir: ProgramIR, node: OpNode) -> bool:
 
 
 def _stored(ir: ProgramIR, ref: Ref) -> bool:
+    """Whether ``ref`` (through views) is in memory whatever this pass does: not the result of
+    a pointwise op, which a copy of its reader would then have to recompute too."""
     while ref.kind == "node":
         node = ir.node(ref.name)
         info = lookup(node.op)
@@ -67,6 +70,7 @@ def _stored(ir: ProgramIR, ref: Ref) -> bool:
 
 
 def _computes_on_load(reader: OpNode) -> bool:
+    """Whether the reader's kernel can compute a pointwise operand as it loads it."""
     info = lookup(reader.op)
     return info is not None and info.kind in _COMPUTES_ON_LOAD and reader.op not in _WHOLE
 
