@@ -278,6 +278,18 @@ def _on_the_gpu(source: str, program) -> tuple[dict, object, object]:  # noqa: A
     return namespace, reference, model
 
 
+def _matches_pytorch(source: str, program) -> None:  # noqa: ANN001
+    """The program's output matches PyTorch's at 1e-4 on three fresh draws (TF32 off)."""
+    import torch
+
+    namespace, reference, model = _on_the_gpu(source, program)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        inputs = [x.cuda() for x in namespace["get_inputs"]()]
+        with torch.no_grad():
+            torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
 def _matched_then_timed(source: str, program, other=None) -> tuple[float, float]:  # noqa: ANN001
     """Both programs matched against PyTorch at 1e-4 on three draws (TF32 off), then timed in
     turns in one process: ``(program's ms, other's ms)``, the best of three medians each;
@@ -307,8 +319,6 @@ def _matched_then_timed(source: str, program, other=None) -> tuple[float, float]
 def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
     import re
 
-    import torch
-
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program
     from stitch_graph.task import load_task
 
@@ -319,12 +329,7 @@ def test_generated_program_matches_pytorch_on_the_gpu(case: str) -> None:
     assert marker in program.host_source + program.kernel_source
     if case == "repeated_layers_one_kernel":  # six GELU epilogues, one kernel (and its twin)
         assert len(set(re.findall(r"void (k\w+)\(", program.kernel_source))) <= 2
-    namespace, reference, model = _on_the_gpu(source, program)
-    for seed in range(3):
-        torch.manual_seed(seed)
-        inputs = [x.cuda() for x in namespace["get_inputs"]()]
-        with torch.no_grad():
-            torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+    _matches_pytorch(source, program)
 
 
 def test_a_guarded_program_raises_for_an_input_on_another_path() -> None:

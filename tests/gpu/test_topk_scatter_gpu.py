@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.test_codegen_layouts_gpu import _matched_then_timed, _on_the_gpu
+from tests.gpu.test_codegen_layouts_gpu import _matched_then_timed, _matches_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -77,15 +77,7 @@ def test_a_samplers_top_k_filter_matches_pytorch_at_eagers_speed() -> None:
 
 
 def test_a_routers_weights_scattered_to_its_top_experts_match_pytorch() -> None:
-    import torch
-
-    program = _generated(_ROUTER)
-    namespace, reference, model = _on_the_gpu(_ROUTER, program)
-    for seed in range(3):
-        torch.manual_seed(seed)
-        inputs = [x.cuda() for x in namespace["get_inputs"]()]
-        with torch.no_grad():
-            torch.testing.assert_close(model(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
+    _matches_pytorch(_ROUTER, _generated(_ROUTER))
 
 
 def test_topk_values_and_positions_of_a_long_line_match_pytorch() -> None:

@@ -8,6 +8,7 @@ constant) in place of the node, ``_to_meta`` puts each ``Ref``'s meta tensor in 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -93,6 +94,23 @@ def _with_refs(value: Any, by_name: dict[str, Ref]) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(_with_refs(v, by_name) for v in value)
     return value
+
+
+def _copy_of(ir: ProgramIR, node: OpNode, name: str) -> OpNode:
+    """A copy of ``node`` called ``name``, with argument containers of its own and the layout of
+    ``node``'s value recorded for it; the caller places it in the program."""
+    copy = replace(
+        node,
+        name=name,
+        args=dict(node.args),
+        call_args=list(node.call_args),
+        call_kwargs=dict(node.call_kwargs),
+        attrs=dict(node.attrs),
+    )
+    old, new = Ref("node", node.name), Ref("node", name)
+    for table in (ir.shapes, ir.strides, ir.dtypes):
+        table[new] = table[old]
+    return copy
 
 
 def _node_of(ir: ProgramIR, ref: Ref) -> OpNode | None:

@@ -16,13 +16,13 @@ a matmul, a view) keeps the tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import _subst
+from stitch_graph.codegen._capture_base import _copy_of, _subst
 from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_names import _canonical_name
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
@@ -167,21 +167,11 @@ def _recomputed(b: _Builder, x: Ref) -> Ref:
     if node is None:
         return x
     b.count += 1
-    copy = replace(
-        node,
-        name=f"{b.name}__{b.count}",
-        args=dict(node.args),
-        call_args=list(node.call_args),
-        call_kwargs=dict(node.call_kwargs),
-        attrs=dict(node.attrs),
-    )
+    copy = _copy_of(b.ir, node, f"{b.name}__{b.count}")
     copy.attrs.pop("strided_in_torch", None)
     b.ir.nodes.append(copy)
     ref = Ref("node", copy.name)
     b.ours[ref] = torch.empty(node.shape, dtype=b.ours[x].dtype, device="meta")
-    b.ir.shapes[ref] = b.ir.shapes[x]
-    b.ir.strides[ref] = tuple(b.ours[ref].stride())
-    b.ir.dtypes[ref] = b.ir.dtypes[x]
     return ref
 
 

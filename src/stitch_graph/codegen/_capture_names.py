@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from stitch_graph.codegen._capture_aliases import _mutated_arg
 from stitch_graph.codegen._capture_base import CaptureError, _flat, _node_of
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import REGISTRY, lookup
@@ -251,20 +252,13 @@ def _progression_as_slice(
     return (*items[:pos], slice(v[0], v[-1] + 1, step), *items[pos + 1 :])
 
 
-_IN_PLACE_OPERATORS = (
-    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
-)  # fmt: skip
-
-
 def _written_in_place(fx_node: torch.fx.Node) -> bool:
-    """Whether a reader of ``fx_node`` writes it in place (``y[...] = v``, ``y += 1``,
-    ``y.mul_(3)``)."""
-    for user in fx_node.users:
-        name = str(getattr(user.target, "__name__", user.target))
-        if user.target in _IN_PLACE_OPERATORS or (name.endswith("_") and not name.endswith("__")):
-            return True
-    return False
+    """Whether a reader of ``fx_node`` writes in place (``y[...] = v``, ``y += 1``,
+    ``y.mul_(3)``, an ``out=``)."""
+    return any(
+        user.target is operator.setitem or _mutated_arg(user) is not None
+        for user in fx_node.users
+    )
 
 
 def _variant(

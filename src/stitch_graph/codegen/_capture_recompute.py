@@ -13,9 +13,7 @@ reached through views (a rotary embedding's repeated sin and cos rows) is not co
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from stitch_graph.codegen._capture_base import _with_refs
+from stitch_graph.codegen._capture_base import _copy_of, _with_refs
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
@@ -77,18 +75,8 @@ def _computes_on_load(reader: OpNode) -> bool:
 
 def _give_copy(ir: ProgramIR, node: OpNode, reader: OpNode, k: int) -> None:
     """A copy of ``node`` placed after it, read by ``reader`` in its place."""
-    name = f"{node.name}__again{k}"
-    copy = replace(
-        node,
-        name=name,
-        args=dict(node.args),
-        call_args=list(node.call_args),
-        call_kwargs=dict(node.call_kwargs),
-        attrs=dict(node.attrs),
-    )
-    old, new = Ref("node", node.name), Ref("node", name)
-    for table in (ir.shapes, ir.strides, ir.dtypes):
-        table[new] = table[old]
+    copy = _copy_of(ir, node, f"{node.name}__again{k}")
+    new = Ref("node", copy.name)
     swap = {node.name: new}
     reader.args = _with_refs(reader.args, swap)
     reader.call_args = _with_refs(reader.call_args, swap)
