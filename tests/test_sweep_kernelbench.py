@@ -85,6 +85,7 @@ def test_problems_are_ordered_by_number_with_skip_and_limit(sweep, tmp_path):
 
 def test_ill_conditioned_rows_are_counted_apart_and_read_back(sweep, tmp_path, capsys):
     row = {**ROWS[2], "problem": "level3/24_e", "correct_f64": True}
+    row |= {"compile_correct": False, "compile_max_err": 3e-3}
     summary = sweep.summarize([ROWS[0], row])
     assert summary["correct"] == 1 and summary["correct_f64"] == 1
     assert summary["gmean_vs_eager"] == pytest.approx(2.0)  # never in the speedups
@@ -92,6 +93,7 @@ def test_ill_conditioned_rows_are_counted_apart_and_read_back(sweep, tmp_path, c
     printed = tmp_path / "part.txt"
     printed.write_text(capsys.readouterr().out)
     assert " f64 " in printed.read_text()
+    assert "torch.compile against eager: max err 3.0e-03, also outside" in printed.read_text()
     (back,) = sweep.rows_from_output([printed])["level3"]
     assert back["correct"] is False and back["correct_f64"] is True
 
