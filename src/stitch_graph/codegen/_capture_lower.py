@@ -53,6 +53,7 @@ from stitch_graph.codegen._capture_passes import (
 from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_shared_rows import share_row_passes
+from stitch_graph.codegen._capture_views import compute_through_views
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -256,6 +257,7 @@ def _lower(
         writes.record(fx_node)
     recognize_norms(ir)
     _eliminate_dead(ir)
+    compute_through_views(ir)
     _insert_copies(ir)
     _split_library_bias(ir)
     share_row_passes(ir)

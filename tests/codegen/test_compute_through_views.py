@@ -1,0 +1,80 @@
+"""A pointwise value read through views is computed in the view's shape, its operands viewed
+instead, where the scheduler's estimate falls: the view no longer separates it from its reader,
+so the two fuse (fewer kernels), and the values stay the same (checked in the CPU emulation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import _capture_lower, capture_program, plan_program
+from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, n):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(16, 96, 64), torch.randint(1, 97, (16,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = [
+    # a padding mask built from lengths, viewed, then converted: two kernels were one apart
+    """mask = (torch.arange(x.size(1), device=x.device)[None, :] < n[:, None]).unsqueeze(-1)
+        w = mask.float()
+        return (x * w).sum(1) / w.sum(1).clamp(min=1.0)""",
+    # a gate computed in one layout and read transposed by the product
+    """g = torch.sigmoid(x[:, :, :32])
+        return (g.transpose(1, 2) * x[:, :, 32:].transpose(1, 2)).sum(-1)""",
+    # chained views (an unsqueeze, then an expand) move as one
+    """e = torch.exp(x - 1.0).unsqueeze(1).expand(16, 2, 96, 64)
+        return e * torch.tensor([1.0, 2.0], device=x.device).view(1, 2, 1, 1)""",
+]
+
+
+def _kernels(source: str) -> int:
+    return len(plan_program(capture_program(load_task(source))).items)
+
+
+@pytest.mark.parametrize("body", CASES)
+def test_a_value_read_through_views_fuses_with_its_reader(
+    body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _PROBLEM.format(body=body)
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    fewer = _kernels(source)
+    monkeypatch.setattr(_capture_lower, "compute_through_views", lambda ir: None)
+    assert fewer < _kernels(source)
+
+
+def test_a_value_also_read_directly_stays_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value that a kernel reads as it is and another through a view keeps its one kernel:
+    moving the view would compute it twice."""
+    body = """s = torch.sigmoid(x)
+        return s.sum(-1), s.transpose(1, 2).sum(-1)"""
+    source = _PROBLEM.format(body=body)
+    ir = capture_program(load_task(source))
+    assert [n.op for n in ir.nodes].count("sigmoid") == 1
+
+
+def test_a_reshape_the_expanded_operand_cannot_take_is_left_alone() -> None:
+    """``(x + b).view(...)`` merging a broadcast dim with a full one has no strides on the
+    expanded bias: the view stays, and the program is generated as before."""
+    body = """y = (x + x[:, :1, :]).reshape(16, 96 * 64)
+        return y * 2.0"""
+    source = _PROBLEM.format(body=body)
+    ir = capture_program(load_task(source))
+    assert "add" in [n.op for n in ir.nodes]
