@@ -196,3 +196,19 @@ def test_a_worker_whose_cuda_state_broke_retires_after_its_row(sweep, monkeypatc
     jobs.put(None)
     sweep._serve(jobs, rows)
     assert rows.get_nowait() == ("row", {"problem": "b.py"})  # no mark: the worker goes on
+
+
+def test_a_worker_that_still_holds_much_gpu_memory_retires_after_its_row(sweep, monkeypatch):
+    """Compiled graphs' pools of earlier rows add up: a worker still holding a large share of
+    the GPU's memory once the row's objects are freed leaves the next problem to a fresh one."""
+    import queue
+
+    monkeypatch.setattr(sweep, "measure", lambda path, **options: {"problem": path.name})
+    monkeypatch.setattr(sweep, "_cuda_broken", lambda: "")
+    monkeypatch.setattr(sweep, "_memory_held", lambda: "40.0 GiB of GPU memory still reserved")
+    jobs, rows = queue.Queue(), queue.Queue()
+    for name in ("a.py", "b.py"):
+        jobs.put((name, {}))
+    sweep._serve(jobs, rows)
+    assert rows.get_nowait()[1]["worker_retired"].startswith("40.0 GiB")
+    assert list(jobs.queue) == [("b.py", {})]

@@ -330,7 +330,7 @@ def _serve(jobs: Any, rows: Any) -> None:
             row = measure(Path(path), **options, progress=progress)
         except Exception as error:  # noqa: BLE001
             row = {"error": f"{type(error).__name__}: {error}"[:300]}
-        broken = _cuda_broken()
+        broken = _cuda_broken() or _memory_held()
         rows.put(("row", {**row, "worker_retired": broken} if broken else row))
         if broken:
             return  # the next problem gets a fresh process
@@ -347,6 +347,28 @@ def _cuda_broken() -> str:
     except Exception as error:  # noqa: BLE001 - any failure retires the worker
         return f"{type(error).__name__}: {error}"[:200]
     return ""
+
+
+_HELD_SHARE = 0.25  # of the GPU's memory, still reserved once a row's objects are freed
+
+
+def _memory_held() -> str:
+    """Why this process holds too much GPU memory to time another problem ("" when it does
+    not), after freeing what the last row left: compiled graphs' private pools and cached
+    blocks of earlier rows add up, and a large problem late in a level ran out of memory on
+    an 80 GB card."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    gc.collect()
+    torch._dynamo.reset()  # compiled baselines and their CUDA-graph pools
+    torch.cuda.empty_cache()
+    held = torch.cuda.memory_reserved()
+    total = torch.cuda.get_device_properties(0).total_memory
+    if held <= _HELD_SHARE * total:
+        return ""
+    return f"{held / 2**30:.1f} GiB of GPU memory still reserved after the row"
 
 
 def row_after_loss(partial: dict[str, Any] | None, why: str) -> dict[str, Any]:
