@@ -78,3 +78,47 @@ def test_a_reshape_the_expanded_operand_cannot_take_is_left_alone() -> None:
     source = _PROBLEM.format(body=body)
     ir = capture_program(load_task(source))
     assert "add" in [n.op for n in ir.nodes]
+
+
+_RESHAPED = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn({scale}))
+
+    def forward(self, x):
+        b, c, d, h, w = x.shape
+        y = torch.softmax(x.view(b, {rows}, -1), dim=2).view(b, c, d, h, w)
+        return y * self.scale
+
+
+def get_inputs():
+    return [torch.randn(4, 64, 4, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_product_of_a_reshaped_softmax_is_its_epilogue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A softmax over each channel's flattened pixels, read back as images and scaled per
+    channel (KernelBench L2 38): the product is computed in the softmax's shape, the scale
+    viewed the same way, and becomes the softmax's epilogue; the result is reshaped after."""
+    source = _RESHAPED.format(scale="64, 1, 1, 1", rows="c")
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert _kernels(source) == 1
+    monkeypatch.setattr(_capture_lower, "compute_through_views", lambda ir: None)
+    assert _kernels(source) == 2
+
+
+def test_an_operand_the_reshape_cannot_view_keeps_the_product_apart() -> None:
+    """Two channels a softmax row (a group norm's grouping): the per-channel scale has no view
+    in the rows' shape, so the product stays a kernel of its own."""
+    assert _kernels(_RESHAPED.format(scale="64, 1, 1, 1", rows="c // 2")) == 2

@@ -37,13 +37,22 @@ _KEPT_WHOLE = frozenset({"setitem", "dropout_train"})
 
 def compute_through_views(ir: ProgramIR) -> None:
     """Move views of pointwise values onto those values' operands, one view at a time, where
-    the estimated device time falls."""
+    the estimated device time falls; then pointwise ops that read a reshaped value are computed
+    in the value's shape, their results reshaped."""
     moved = True
     while moved:
         moved = False
         users = ir.users()
         for view in ir.nodes:
             if _movable(ir, view, users) and _move_pays(ir, view):
+                moved = True
+                break
+    moved = True
+    while moved:
+        moved = False
+        for node in ir.nodes:
+            reshaped = _reshaped_operand(ir, node)
+            if reshaped is not None and _reshape_after_pays(ir, node, reshaped):
                 moved = True
                 break
 
@@ -196,3 +205,82 @@ def _apply(node: OpNode, source: torch.Tensor) -> Any:
         return getattr(torch, node.call.removeprefix("torch."))(*args, **node.call_kwargs)
     msg = f"no replay of {node.call}"
     raise ValueError(msg)
+
+
+_RESHAPES = frozenset({"view", "flatten", "unflatten", "unsqueeze", "squeeze"})
+
+
+def _reshaped_operand(ir: ProgramIR, node: OpNode) -> Ref | None:
+    """The operand of pointwise ``node`` that reshapes a contiguous kernel result in the node's
+    own shape (a softmax over flattened pixels, read back as an image), or ``None``."""
+    info = lookup(node.op)
+    if info is None or info.kind != POINTWISE or node.op in INDEXED | _KEPT_WHOLE or node.attrs:
+        return None
+    for ref in node.tensor_refs():
+        if ref.kind != "node" or tuple(ir.shapes[ref]) != tuple(node.shape):
+            continue
+        view = ir.node(ref.name)
+        src = view.args.get("input")
+        if view.op not in _RESHAPES or not isinstance(src, Ref) or src.kind != "node":
+            continue
+        if view.tensor_refs() != [src] or lookup(ir.node(src.name).op).kind == "view":
+            continue
+        shape = tuple(ir.shapes[src])
+        if ir.strides[src] == contiguous_strides(shape) and ir.strides[ref] == contiguous_strides(
+            tuple(node.shape)
+        ):
+            return ref
+    return None
+
+
+def _reshape_after_pays(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
+    """Compute ``node`` in the shape of the value ``reshaped`` views (its other operands viewed
+    the same way), its result reshaped back, in a trial copy; adopt it if the estimate falls."""
+    trial = trial_copy(ir)
+    if not _reshape_after(trial, trial.node(node.name), reshaped):
+        return False
+    _eliminate_dead(trial)  # the view, if nothing else reads it
+    if device_us(trial) >= device_us(ir):
+        return False
+    adopt(ir, trial)
+    return True
+
+
+def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
+    source = ir.node(reshaped.name).args["input"]
+    shape = tuple(ir.shapes[source])
+    added: list[OpNode] = []
+    swap: dict[Ref, Ref] = {reshaped: source}
+    for k, operand in enumerate(node.tensor_refs()):
+        if operand == reshaped:
+            continue
+        base = operand
+        if tuple(ir.shapes[operand]) != tuple(node.shape):
+            expand = _view_node(ir, f"{node.name}__x{k}", "expand", ".expand", operand, list(node.shape))
+            if expand is None:
+                return False
+            added.append(expand)
+            base = Ref("node", expand.name)
+        view = OpNode(
+            f"{node.name}__r{k}", "view", {"input": base, "shape": list(shape)}, shape,
+            ir.dtypes[base], ".view", [base, *shape], {},
+        )
+        try:
+            meta = _meta(ir, base).view(shape)
+        except RuntimeError:
+            return False  # e.g. a per-channel weight, whose channels the flattening merges
+        added.append(_recorded(ir, view, meta))
+        swap[operand] = Ref("node", view.name)
+    inner = _copy_of(ir, node, f"{node.name}__in")
+    for table in ("args", "call_args", "call_kwargs"):
+        setattr(inner, table, _swapped(getattr(inner, table), swap))
+    inner.shape = shape
+    inner_ref = Ref("node", inner.name)
+    ir.shapes[inner_ref], ir.strides[inner_ref] = shape, contiguous_strides(shape)
+    back = OpNode(
+        node.name, "view", {"input": inner_ref, "shape": list(node.shape)}, tuple(node.shape),
+        node.dtype, ".view", [inner_ref, *node.shape], {},
+    )
+    at = ir.nodes.index(node)
+    ir.nodes[at : at + 1] = [*added, inner, back]
+    return True
