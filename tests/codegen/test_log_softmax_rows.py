@@ -40,6 +40,11 @@ FROM_LSE = [
         return lp.sum(1, keepdim=True) * 2 + lp.gather(1, t[:, None, :])""",
     "return -torch.log_softmax(x.transpose(1, 2), -1).gather(-1, t[..., None]).mean()",
     "return (F.log_softmax(x, 1) * F.softmax(x, 1)).sum(1)",  # an entropy
+    # fairseq's label-smoothed NLL: the rows regrouped by a view, its size read for epsilon
+    """lp = F.log_softmax(x.transpose(1, 2), dim=-1).view(-1, x.size(1))
+        eps = 0.1 / (lp.size(-1) - 1)
+        tt = t.view(-1, 1)
+        return (-lp.gather(-1, tt) * 0.8 - eps * lp.sum(-1, keepdim=True)).sum()""",
     # a distillation KL of two tempered softmaxes, each tempered input written twice
     """p = F.softmax(x / 2.0, dim=1)
         kl = (p * (F.log_softmax(x / 2.0, dim=1) - F.log_softmax(x * 0.3, dim=1))).sum(1)
@@ -53,6 +58,7 @@ KEPT = [
     """p = torch.softmax(x, 1)
         return (p * x).sum(1), p + 1""",  # a chain that is returned
     "return torch.softmax(x, 2) @ x.transpose(1, 2)",  # a matmul
+    "return F.log_softmax(x, 2).view(8, 1500).sum(-1)",  # a view that merges the rows
     """p = torch.softmax(x, 1)
         return (p * x).sum(2) + p.sum(2)""",  # sums along another dim: the tensor is read twice
 ]

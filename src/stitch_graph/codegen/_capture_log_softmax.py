@@ -10,8 +10,9 @@ already (``_capture_decompose``).
 Where pointwise ops read the result and every chain of them ends in a sum or mean along the
 softmax's dim (a KL divergence or an entropy written by hand), ``log_softmax(x)`` is
 ``x - lse`` and ``softmax(x)`` is ``exp(x - lse)``: pointwise ops the reduction computes as it
-reads, so no probability tensor is written and read back. Any other reader (a returned value,
-a matmul, a view) keeps the tensor.
+reads, so no probability tensor is written and read back. A view that regroups the rows
+(``lprobs.view(-1, V)``) passes the rewrite on to its readers, the input and the logsumexp viewed
+alike. Any other reader (a returned value, a matmul, another view) keeps the tensor.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def lower_log_softmax_rows(
     rows = [v for v in [*args, *kwargs.values()] if isinstance(v, _RowLogSoftmax)]
     if rows and args and rows[0] is args[0] and rows[0].op == "log_softmax" and name in _READERS:
         return _reader(b, name, rows[0], _bound(fx_node, args, kwargs))
+    if rows and args and rows[0] is args[0] and name in _ROW_VIEWS:
+        return _viewed(b, rows[0], tuple(fx_node.meta["sg_value"].shape), fx_node.name)
     for row in rows:  # a pointwise reader: the value as pointwise ops of x and the lse
         env[row.name] = _value(b, row)
     if rows or name not in _ROW_OPS:
@@ -83,6 +86,8 @@ def _bound(fx_node: torch.fx.Node, args: list[Any], kwargs: dict[str, Any]) -> d
 
 
 _READERS = ("gather", "sum", "mean")
+_ROW_VIEWS = ("view", "reshape")  # rows of the last dim, regrouped (``lprobs.view(-1, V)``)
+_SHAPE_READS = ("size", "dim", "numel")
 
 
 def _rewritable(
@@ -92,6 +97,10 @@ def _rewritable(
     ``log_softmax``'s ``direct`` readers; not as the index, not twice), or as a pointwise op
     whose every chain of pointwise readers ends in a sum or a mean over ``dim``."""
     name = _canonical_name(user) if user.op in ("call_function", "call_method") else ""
+    if name in _SHAPE_READS:
+        return True  # its value is the traced size, a constant
+    if name in _ROW_VIEWS and user.args and user.args[0] is source:
+        return _keeps_rows(user, source, dim, shape, direct)
     if name not in _READERS or not user.args or user.args[0] is not source or not direct:
         return _reduced_later(user, dim, len(shape), _CHAIN_DEPTH)
     rest = [*user.args[1:], *user.kwargs.values()]
@@ -103,6 +112,22 @@ def _rewritable(
     if not isinstance(d, int) or d % len(shape) != dim:
         return False
     return name == "gather" or a.get("dtype") is None
+
+
+def _keeps_rows(
+    view: torch.fx.Node, source: torch.fx.Node, dim: int, shape: tuple, direct: bool
+) -> bool:
+    """Whether ``view`` regroups only the dims before the last, rows along it, and its own
+    readers are rewritable along its last dim."""
+    value = view.meta.get("sg_value")
+    if not torch.is_tensor(value) or dim != len(shape) - 1 or not value.dim():
+        return False
+    if value.shape[-1] != shape[-1] or any(v is source for v in [*view.args[1:], *view.kwargs.values()]):
+        return False
+    new = tuple(value.shape)
+    return bool(view.users) and all(
+        _rewritable(user, view, len(new) - 1, new, direct) for user in view.users
+    )
 
 
 def _reduced_later(node: torch.fx.Node, dim: int, rank: int, depth: int) -> bool:
@@ -173,6 +198,13 @@ def _recomputed(b: _Builder, x: Ref) -> Ref:
     ref = Ref("node", copy.name)
     b.ours[ref] = torch.empty(node.shape, dtype=b.ours[x].dtype, device="meta")
     return ref
+
+
+def _viewed(b: _Builder, row: _RowLogSoftmax, shape: tuple, name: str) -> _RowLogSoftmax:
+    """The rows regrouped: the input viewed as ``shape``, the logsumexp as its rows."""
+    x = b("view", "reshape", row.x, list(shape))
+    lse = b("view", "reshape", row.lse, list(shape[:-1]))
+    return _RowLogSoftmax(x, lse, len(shape) - 1, row.op, name)
 
 
 def _value(b: _Builder, row: _RowLogSoftmax) -> Ref:
