@@ -7,9 +7,15 @@ storing a mask only the second read. A pointwise op commutes with re-indexing: `
 == f(view(a'), view(b'))``, where ``a'`` is ``a`` expanded to ``f``'s shape. So the view moves
 onto the operands (host views, no kernel) and the op is computed in the view's shape, where its
 reader fuses it like any producer. A chain of views (an unsqueeze, then an expand) moves whole.
+Taken only where every reader of the op is a view and the views' strides exist (a reshape of an
+expanded operand may not be a view).
 
-Taken only where every reader of the op is a view, the views' strides exist (a reshape of an
-expanded operand may not be a view), and the scheduler's estimate of the device time falls.
+The other way round, a pointwise op that reads a reshaped kernel result (a softmax over each
+channel's flattened pixels, read back as images and scaled per channel) is computed in the
+result's shape, its other operands viewed alike, and its own result reshaped after: it then
+reads the kernel's output itself, and joins that kernel as an epilogue.
+
+Both are kept only where the scheduler's estimate of the device time falls.
 """
 
 from __future__ import annotations
@@ -109,7 +115,7 @@ def _move(ir: ProgramIR, view: OpNode) -> list[str] | None:
     for k, operand in enumerate(producer.tensor_refs()):
         base = operand
         if tuple(ir.shapes[operand]) != shape:
-            expand = _view_node(ir, f"{view.name}__x{k}", "expand", ".expand", operand, list(shape))
+            expand = _expanded(ir, f"{view.name}__x{k}", operand, list(shape))
             if expand is None:
                 return None
             added.append(expand)
@@ -143,15 +149,14 @@ def _swapped(value: Any, swap: dict[Ref, Ref]) -> Any:
     return value
 
 
-def _view_node(
-    ir: ProgramIR, name: str, op: str, call: str, source: Ref, shape: list[int]
-) -> OpNode | None:
+def _expanded(ir: ProgramIR, name: str, source: Ref, shape: list[int]) -> OpNode | None:
     """An ``expand`` of ``source`` to ``shape``, its layout recorded; ``None`` if none exists."""
     node = OpNode(
-        name, op, {"input": source, "shape": shape}, tuple(shape), ir.dtypes[source], call,
-        [source, *shape], {},
+        name, "expand", {"input": source, "shape": shape}, tuple(shape), ir.dtypes[source],
+        ".expand", [source, *shape], {},
     )
-    return _recorded(ir, node, _meta(ir, source).expand(shape) if _expands(ir, source, shape) else None)
+    meta = _meta(ir, source).expand(shape) if _expands(ir, source, shape) else None
+    return _recorded(ir, node, meta)
 
 
 def _expands(ir: ProgramIR, source: Ref, shape: list[int]) -> bool:
@@ -223,7 +228,8 @@ def _reshaped_operand(ir: ProgramIR, node: OpNode) -> Ref | None:
         src = view.args.get("input")
         if view.op not in _RESHAPES or not isinstance(src, Ref) or src.kind != "node":
             continue
-        if view.tensor_refs() != [src] or lookup(ir.node(src.name).op).kind == "view":
+        kind = lookup(ir.node(src.name).op)
+        if view.tensor_refs() != [src] or (kind is not None and kind.kind == "view"):
             continue
         shape = tuple(ir.shapes[src])
         if ir.strides[src] == contiguous_strides(shape) and ir.strides[ref] == contiguous_strides(
@@ -247,6 +253,9 @@ def _reshape_after_pays(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
 
 
 def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
+    """Replace ``node`` by its copy computed in the shape ``reshaped`` views, and a view of
+    that copy in ``node``'s shape, under ``node``'s name; ``False`` where an operand has no
+    view in that shape."""
     source = ir.node(reshaped.name).args["input"]
     shape = tuple(ir.shapes[source])
     added: list[OpNode] = []
@@ -256,7 +265,7 @@ def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
             continue
         base = operand
         if tuple(ir.shapes[operand]) != tuple(node.shape):
-            expand = _view_node(ir, f"{node.name}__x{k}", "expand", ".expand", operand, list(node.shape))
+            expand = _expanded(ir, f"{node.name}__x{k}", operand, list(node.shape))
             if expand is None:
                 return False
             added.append(expand)
