@@ -53,13 +53,13 @@ from stitch_graph.codegen._capture_passes import (
 from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_shared_rows import share_row_passes
-from stitch_graph.codegen._capture_views import compute_through_views
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
     _RecordingShapeProp,
     _returns_leaf,
 )
+from stitch_graph.codegen._capture_views import compute_through_views
 from stitch_graph.codegen.ir import OpNode, ParamSpec, ProgramIR, Ref, contiguous_strides
 from stitch_graph.codegen.ops import lookup
 
