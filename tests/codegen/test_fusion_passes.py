@@ -62,9 +62,10 @@ READ_THROUGH = [
     # rotate_half: the negation computed where the cat picks it, one kernel in all
     ("""x1, x2 = x.chunk(2, dim=-1)
         return x * t + torch.cat((-x2, x1), dim=-1) * (1 - t)""", 1),
-    # the interleaved form: a stack of a negated strided view, then a product after a view
+    # the interleaved form: a stack of a negated strided view, then a product after a view,
+    # which is computed in the stack's shape and joins its kernel (_capture_views)
     ("""x1, x2 = x[..., ::2], x[..., 1::2]
-        return torch.stack((-x2, x1), dim=-1).flatten(-2) * t""", 2),
+        return torch.stack((-x2, x1), dim=-1).flatten(-2) * t""", 1),
     ("return torch.flip(torch.exp(x), [1]) + t", 1),
     # a producer of a transposed view: its element at the transposed coordinates
     ("return torch.stack([torch.relu(x.transpose(1, 2)), t.transpose(1, 2)], 0).sum(0)", 1),

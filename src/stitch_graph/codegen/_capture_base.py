@@ -96,6 +96,18 @@ def _with_refs(value: Any, by_name: dict[str, Ref]) -> Any:
     return value
 
 
+def _with_operands(value: Any, swap: dict[Ref, Ref]) -> Any:
+    """``value`` with every operand (inputs and parameters included) that ``swap`` names
+    replaced by the reference it maps it to."""
+    if isinstance(value, Ref):
+        return swap.get(value, value)
+    if isinstance(value, dict):
+        return {k: _with_operands(v, swap) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_with_operands(v, swap) for v in value)
+    return value
+
+
 def _copy_of(ir: ProgramIR, node: OpNode, name: str) -> OpNode:
     """A copy of ``node`` called ``name``, with argument containers of its own and the layout of
     ``node``'s value recorded for it; the caller places it in the program."""

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import copy
 
-from stitch_graph.codegen.ir import ProgramIR
-from stitch_graph.codegen.schedule import LAUNCH_US, estimate_us, schedule_program
+from stitch_graph.codegen.ir import ProgramIR, Ref, numel
+from stitch_graph.codegen.schedule import (
+    HBM_BYTES_PER_US,
+    LAUNCH_US,
+    estimate_us,
+    schedule_program,
+)
 
 
 def trial_copy(ir: ProgramIR) -> ProgramIR:
@@ -27,6 +32,16 @@ def adopt(ir: ProgramIR, trial: ProgramIR) -> None:
 
 
 def device_us(ir: ProgramIR) -> float:
-    """The scheduled program's estimated device time, launches included."""
+    """The scheduled program's estimated device time, launches included. A library call
+    (cuBLAS, cuDNN) followed by its bias and epilogue kernel counts that kernel too: a launch,
+    and the product written by the library and read back, which the group's roofline (its
+    FLOPs, where the GEMM is compute-bound) leaves out."""
     groups = schedule_program(ir)
-    return sum(estimate_us(ir, g) for g in groups) + LAUNCH_US * len(groups)
+    total = sum(estimate_us(ir, g) for g in groups) + LAUNCH_US * len(groups)
+    for g in groups:
+        anchor = ir.node(g.anchor) if g.anchor else None
+        if anchor is None or g.kind not in ("gemm", "conv"):
+            continue
+        if g.epilogue or isinstance(anchor.args.get("bias"), Ref):
+            total += LAUNCH_US + 8.0 * numel(anchor.shape) / HBM_BYTES_PER_US
+    return total

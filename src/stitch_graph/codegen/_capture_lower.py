@@ -51,6 +51,7 @@ from stitch_graph.codegen._capture_passes import (
     _split_library_bias,
 )
 from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
+from stitch_graph.codegen._capture_scaled_products import scale_operands_of_products
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_shared_rows import share_row_passes
 from stitch_graph.codegen._capture_trace import (
@@ -257,6 +258,7 @@ def _lower(
         writes.record(fx_node)
     recognize_norms(ir)
     _eliminate_dead(ir)
+    scale_operands_of_products(ir)
     compute_through_views(ir)
     _insert_copies(ir)
     _split_library_bias(ir)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _copy_of
+from stitch_graph.codegen._capture_base import _copy_of, _with_operands
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
@@ -129,7 +129,7 @@ def _move(ir: ProgramIR, view: OpNode) -> list[str] | None:
     viewed = tuple(ir.shapes[out])
     value = _copy_of(ir, producer, view.name)  # the view's name: its readers read the value
     for table in ("args", "call_args", "call_kwargs"):
-        setattr(value, table, _swapped(getattr(value, table), swap))
+        setattr(value, table, _with_operands(getattr(value, table), swap))
     value.shape = viewed
     ir.shapes[out], ir.strides[out] = viewed, contiguous_strides(viewed)
     at = ir.nodes.index(view)
@@ -138,22 +138,11 @@ def _move(ir: ProgramIR, view: OpNode) -> list[str] | None:
     return [n.name for n in added] + later
 
 
-def _swapped(value: Any, swap: dict[Ref, Ref]) -> Any:
-    """``value`` with operands (inputs and parameters included) replaced as ``swap`` says."""
-    if isinstance(value, Ref):
-        return swap.get(value, value)
-    if isinstance(value, dict):
-        return {k: _swapped(v, swap) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_swapped(v, swap) for v in value)
-    return value
-
-
 def _expanded(ir: ProgramIR, name: str, source: Ref, shape: list[int]) -> OpNode | None:
     """An ``expand`` of ``source`` to ``shape``, its layout recorded; ``None`` if none exists."""
     node = OpNode(
         name, "expand", {"input": source, "shape": shape}, tuple(shape), ir.dtypes[source],
-        ".expand", [source, *shape], {},
+        ".expand", [source, list(shape)], {},
     )
     meta = _meta(ir, source).expand(shape) if _expands(ir, source, shape) else None
     return _recorded(ir, node, meta)
@@ -171,7 +160,7 @@ def _replayed(ir: ProgramIR, view: OpNode, name: str, source: Ref) -> OpNode | N
     node = _copy_of(ir, view, name)
     swap = {view.args["input"]: source}
     for table in ("args", "call_args", "call_kwargs"):
-        setattr(node, table, _swapped(getattr(node, table), swap))
+        setattr(node, table, _with_operands(getattr(node, table), swap))
     try:
         meta = _apply(node, _meta(ir, source))
     except (RuntimeError, TypeError, ValueError, IndexError):
@@ -272,7 +261,7 @@ def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
             base = Ref("node", expand.name)
         view = OpNode(
             f"{node.name}__r{k}", "view", {"input": base, "shape": list(shape)}, shape,
-            ir.dtypes[base], ".view", [base, *shape], {},
+            ir.dtypes[base], ".view", [base, list(shape)], {},
         )
         try:
             meta = _meta(ir, base).view(shape)
@@ -282,13 +271,13 @@ def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
         swap[operand] = Ref("node", view.name)
     inner = _copy_of(ir, node, f"{node.name}__in")
     for table in ("args", "call_args", "call_kwargs"):
-        setattr(inner, table, _swapped(getattr(inner, table), swap))
+        setattr(inner, table, _with_operands(getattr(inner, table), swap))
     inner.shape = shape
     inner_ref = Ref("node", inner.name)
     ir.shapes[inner_ref], ir.strides[inner_ref] = shape, contiguous_strides(shape)
     back = OpNode(
         node.name, "view", {"input": inner_ref, "shape": list(node.shape)}, tuple(node.shape),
-        node.dtype, ".view", [inner_ref, *node.shape], {},
+        node.dtype, ".view", [inner_ref, list(node.shape)], {},
     )
     at = ir.nodes.index(node)
     ir.nodes[at : at + 1] = [*added, inner, back]

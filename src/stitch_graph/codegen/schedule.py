@@ -73,7 +73,7 @@ _ITEM_KIND = {
     "scatter": "pointwise",
 }
 LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
-_HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
+HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
 _FLOPS_PER_US = 4.0e7  # FP32 throughput without tensor cores, flops per microsecond
 # cuDNN runs FP32 transposed convolutions as data-gradient kernels, far below that rate: on the
 # H200, KernelBench L2's 91 (a 3.4 ms estimate at the rate above) ran above 10 ms
@@ -704,7 +704,7 @@ def estimate_us(ir: ProgramIR, group: Group) -> float:
     nbytes, flops = _bytes_and_flops(ir, group)
     transposed = any(ir.node(m).op.startswith("conv_transpose") for m in group.members)
     rate = _CONV_TRANSPOSE_FLOPS_PER_US if transposed else _FLOPS_PER_US
-    return max(nbytes / _HBM_BYTES_PER_US, flops / rate)
+    return max(nbytes / HBM_BYTES_PER_US, flops / rate)
 
 
 def _constraints(ir: ProgramIR, group: Group) -> list[str]:
@@ -756,8 +756,11 @@ def _fusion_text(ir: ProgramIR, group: Group) -> str:
             parts.append("prologue " + ", ".join(ir.node(m).op for m in group.prologue))
         if group.epilogue:
             parts.append("epilogue " + ", ".join(ir.node(m).op for m in group.epilogue))
-        if group.kind == "gemm":
+        bias = ir.node(group.anchor).args.get("bias")
+        if group.kind == "gemm" and (group.epilogue or isinstance(bias, Ref)):
             parts.append("cuBLAS writes the product; bias and epilogue run in one following kernel")
+        elif group.kind == "gemm":
+            parts.append("cuBLAS writes the result")
     else:
         parts.append(
             f"{len(group.members)} pointwise op(s) in one grid-stride kernel: "

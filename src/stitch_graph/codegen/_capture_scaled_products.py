@@ -1,0 +1,81 @@
+"""A matrix product scaled by a number, scaled through one of its operands instead.
+
+Attention scores returned as ``q @ k.transpose(-2, -1) * scale`` made cuBLAS write the product
+and a kernel of its own read it back to scale it: a pass over the largest tensor of the
+program. ``(a @ b) * s == (a * s) @ b``, and where ``a`` is written by a pointwise kernel (the
+rotated queries) the factor costs that kernel one multiply. Rounding moves by an ulp of the
+operand, far inside the 1e-4 the outputs are judged at.
+
+Taken for ``matmul`` and a ``linear`` without bias, read only by the scaling, and only where the
+scheduler's estimate of the device time falls (a product whose scaling a softmax computes as it
+loads stays as it is).
+"""
+
+from __future__ import annotations
+
+from stitch_graph.codegen._capture_base import _with_operands
+from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
+
+_PRODUCTS = {"matmul": ("input", "other"), "linear": ("input", "weight")}
+
+
+def scale_operands_of_products(ir: ProgramIR) -> None:
+    """Move each number that scales a matrix product onto the operand where it costs least."""
+    for name in [n.name for n in ir.nodes]:
+        node = next((n for n in ir.nodes if n.name == name), None)  # the IR adopted so far
+        found = _scaled_product(ir, node) if node is not None else None
+        if found is None:
+            continue
+        product, factor = found
+        best, best_us = None, device_us(ir)
+        for slot in _PRODUCTS[product.op]:
+            trial = trial_copy(ir)
+            _move_factor(trial, trial.node(node.name), trial.node(product.name), slot, factor)
+            if (us := device_us(trial)) < best_us:
+                best, best_us = trial, us
+        if best is not None:
+            adopt(ir, best)
+
+
+def _scaled_product(ir: ProgramIR, node: OpNode) -> tuple[OpNode, float] | None:
+    """``(product, factor)`` where ``node`` multiplies (or divides) a float32 matrix product
+    read by nothing else by a number; ``None`` otherwise."""
+    if node.op not in ("mul", "div") or node.dtype != "float32" or node.args.get("rounding_mode"):
+        return None
+    x, other = node.args.get("input"), node.args.get("other")
+    if node.op == "mul" and isinstance(other, Ref) and not isinstance(x, Ref):
+        x, other = other, x
+    if not isinstance(x, Ref) or x.kind != "node" or isinstance(other, Ref | bool):
+        return None
+    if not isinstance(other, int | float) or (node.op == "div" and other == 0):
+        return None
+    product = ir.node(x.name)
+    if product.op not in _PRODUCTS or isinstance(product.args.get("bias"), Ref):
+        return None
+    if product.shape != node.shape or ir.users()[product.name] != [node.name]:
+        return None  # read again (or returned) unscaled
+    return product, float(other) if node.op == "mul" else 1.0 / float(other)
+
+
+def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor: float) -> None:
+    """Scale ``product``'s operand ``slot`` by ``factor``; the scaling's readers read the
+    product instead."""
+    operand = product.args[slot]
+    scaled = OpNode(
+        f"{node.name}__of_{slot}", "mul", {"input": operand, "other": factor},
+        tuple(ir.shapes[operand]), ir.dtypes[operand], "operator.mul", [operand, factor], {},
+    )
+    ref = Ref("node", scaled.name)
+    ir.shapes[ref], ir.dtypes[ref] = scaled.shape, scaled.dtype
+    ir.strides[ref] = contiguous_strides(scaled.shape)
+    product.args = {**product.args, slot: ref}
+    for table in ("call_args", "call_kwargs"):
+        setattr(product, table, _with_operands(getattr(product, table), {operand: ref}))
+    ir.nodes.insert(ir.nodes.index(product), scaled)
+    ir.nodes.remove(node)
+    swap = {Ref("node", node.name): Ref("node", product.name)}
+    for reader in ir.nodes:
+        for table in ("args", "call_args", "call_kwargs"):
+            setattr(reader, table, _with_operands(getattr(reader, table), swap))
+    ir.outputs = _with_operands(ir.outputs, swap)
