@@ -10,7 +10,7 @@ import pytest
 
 from stitch_graph.codegen import _capture_lower, capture_program, plan_program
 from stitch_graph.task import load_task
-from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+from tests.codegen.cpu_emulation import check_on_cpu, check_rewrite_saves_kernels, generate_checked
 
 _PROBLEM = """
 import torch
@@ -51,13 +51,7 @@ def _kernels(source: str) -> int:
 def test_a_value_read_through_views_fuses_with_its_reader(
     body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = _PROBLEM.format(body=body)
-    task, program = generate_checked(source)
-    assert not program.declared_torch_ops
-    check_on_cpu(task, program, tmp_path, cooperative=True)
-    fewer = _kernels(source)
-    monkeypatch.setattr(_capture_lower, "compute_through_views", lambda ir: None)
-    assert fewer < _kernels(source)
+    check_rewrite_saves_kernels(_PROBLEM.format(body=body), tmp_path, monkeypatch, "compute_through_views")
 
 
 def test_a_value_also_read_directly_stays_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:

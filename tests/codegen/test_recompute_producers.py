@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import _capture_lower, capture_program, plan_program
-from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+from stitch_graph.codegen import capture_program, plan_program
+from tests.codegen.cpu_emulation import check_rewrite_saves_kernels
 
 _PROBLEM = """
 import torch
@@ -50,13 +50,7 @@ def _kernels(source: str) -> int:
 def test_a_cheap_value_read_by_several_kernels_is_computed_by_each(
     body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = _PROBLEM.format(body=body)
-    task, program = generate_checked(source)
-    assert not program.declared_torch_ops
-    check_on_cpu(task, program, tmp_path, cooperative=True)
-    fewer = _kernels(source)
-    monkeypatch.setattr(_capture_lower, "recompute_cheap_producers", lambda ir: None)
-    assert fewer < _kernels(source)
+    check_rewrite_saves_kernels(_PROBLEM.format(body=body), tmp_path, monkeypatch, "recompute_cheap_producers")
 
 
 def test_a_convolutions_relu_read_twice_is_computed_by_the_kernel_that_reads_it() -> None:
