@@ -116,3 +116,19 @@ def test_an_operand_the_reshape_cannot_view_keeps_the_product_apart() -> None:
     """Two channels a softmax row (a group norm's grouping): the per-channel scale has no view
     in the rows' shape, so the product stays a kernel of its own."""
     assert _kernels(_RESHAPED.format(scale="64, 1, 1, 1", rows="c // 2")) == 2
+
+
+def test_a_rewrite_that_fails_leaves_the_program_as_it_stands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rewrite adopts each change whole, so a failure on a program it was not written for
+    costs only the rewrite: the capture goes on, and says so in its notes."""
+    from stitch_graph.codegen import _capture_views
+
+    def broken(ir: object, view: object) -> None:
+        raise KeyError("a layout the rewrite did not expect")
+
+    monkeypatch.setattr(_capture_views, "_move", broken)
+    ir = capture_program(load_task(_PROBLEM.format(body=CASES[0])))
+    assert any(note.startswith("compute_through_views left out: KeyError") for note in ir.notes)
+    assert "lt" in [n.op for n in ir.nodes]  # the mask as it was written

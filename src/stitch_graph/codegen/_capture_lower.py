@@ -258,13 +258,23 @@ def _lower(
         writes.record(fx_node)
     recognize_norms(ir)
     _eliminate_dead(ir)
-    scale_operands_of_products(ir)
-    compute_through_views(ir)
+    for rewrite in (scale_operands_of_products, compute_through_views):
+        _optional(rewrite, ir)
     _insert_copies(ir)
     _split_library_bias(ir)
     share_row_passes(ir)
     recompute_cheap_producers(ir)
     return ir
+
+
+def _optional(rewrite: Any, ir: ProgramIR) -> None:
+    """Run a rewrite that adopts each change whole (tried on a copy of the IR first): one that
+    fails on a program it was not written for leaves the program as it stands, with a note,
+    rather than failing the capture."""
+    try:
+        rewrite(ir)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as error:
+        ir.notes.append(f"{rewrite.__name__} left out: {type(error).__name__}: {error}"[:200])
 
 
 def _lower_assignment(
