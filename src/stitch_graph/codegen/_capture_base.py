@@ -84,18 +84,6 @@ def _subst(value: Any, env: dict[str, Any]) -> Any:
     return value
 
 
-def _with_refs(value: Any, by_name: dict[str, Ref]) -> Any:
-    """``value`` (an argument, nested in lists, tuples and dicts) with every node reference
-    that ``by_name`` names replaced by the reference it maps it to."""
-    if isinstance(value, Ref):
-        return by_name.get(value.name, value) if value.kind == "node" else value
-    if isinstance(value, dict):
-        return {k: _with_refs(v, by_name) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_with_refs(v, by_name) for v in value)
-    return value
-
-
 def _with_operands(value: Any, swap: dict[Ref, Ref]) -> Any:
     """``value`` with every operand (inputs and parameters included) that ``swap`` names
     replaced by the reference it maps it to."""
@@ -106,6 +94,18 @@ def _with_operands(value: Any, swap: dict[Ref, Ref]) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(_with_operands(v, swap) for v in value)
     return value
+
+
+def _rewire(node: OpNode, swap: dict[Ref, Ref]) -> None:
+    """``node`` reads, wherever it names an operand that ``swap`` maps, the value it maps it
+    to: its bound arguments and its original call's arguments alike."""
+    for table in ("args", "call_args", "call_kwargs"):
+        setattr(node, table, _with_operands(getattr(node, table), swap))
+
+
+def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...], dtype: str) -> None:
+    """Record a new contiguous value's layout."""
+    ir.shapes[ref], ir.strides[ref], ir.dtypes[ref] = shape, contiguous_strides(shape), dtype
 
 
 def _copy_of(ir: ProgramIR, node: OpNode, name: str) -> OpNode:

@@ -13,7 +13,7 @@ reached through views (a rotary embedding's repeated sin and cos rows) is not co
 
 from __future__ import annotations
 
-from stitch_graph.codegen._capture_base import _copy_of, _with_refs
+from stitch_graph.codegen._capture_base import _copy_of, _rewire
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
@@ -76,9 +76,5 @@ def _computes_on_load(reader: OpNode) -> bool:
 def _give_copy(ir: ProgramIR, node: OpNode, reader: OpNode, k: int) -> None:
     """A copy of ``node`` placed after it, read by ``reader`` in its place."""
     copy = _copy_of(ir, node, f"{node.name}__again{k}")
-    new = Ref("node", copy.name)
-    swap = {node.name: new}
-    reader.args = _with_refs(reader.args, swap)
-    reader.call_args = _with_refs(reader.call_args, swap)
-    reader.call_kwargs = _with_refs(reader.call_kwargs, swap)
+    _rewire(reader, {Ref("node", node.name): Ref("node", copy.name)})
     ir.nodes.insert(ir.nodes.index(node) + 1, copy)

@@ -13,9 +13,9 @@ loads stays as it is).
 
 from __future__ import annotations
 
-from stitch_graph.codegen._capture_base import _with_operands
+from stitch_graph.codegen._capture_base import _describe, _rewire, _with_operands
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 
 _PRODUCTS = {"matmul": ("input", "other"), "linear": ("input", "weight")}
 
@@ -67,15 +67,11 @@ def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor
         tuple(ir.shapes[operand]), ir.dtypes[operand], "operator.mul", [operand, factor], {},
     )
     ref = Ref("node", scaled.name)
-    ir.shapes[ref], ir.dtypes[ref] = scaled.shape, scaled.dtype
-    ir.strides[ref] = contiguous_strides(scaled.shape)
-    product.args = {**product.args, slot: ref}
-    for table in ("call_args", "call_kwargs"):
-        setattr(product, table, _with_operands(getattr(product, table), {operand: ref}))
+    _describe(ir, ref, scaled.shape, scaled.dtype)
+    _rewire(product, {operand: ref})
     ir.nodes.insert(ir.nodes.index(product), scaled)
     ir.nodes.remove(node)
     swap = {Ref("node", node.name): Ref("node", product.name)}
     for reader in ir.nodes:
-        for table in ("args", "call_args", "call_kwargs"):
-            setattr(reader, table, _with_operands(getattr(reader, table), swap))
+        _rewire(reader, swap)
     ir.outputs = _with_operands(ir.outputs, swap)

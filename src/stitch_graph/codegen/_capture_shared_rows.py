@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from stitch_graph.codegen._capture_base import _with_refs
+from stitch_graph.codegen._capture_base import _describe, _rewire, _with_operands
 from stitch_graph.codegen._capture_estimate import device_us, trial_copy
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, numel
 
 _SHARED = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "var", "std"})
 _MOST = 3  # the scheduler's limit on siblings of one pass
@@ -69,28 +69,21 @@ def _concatenate(ir: ProgramIR, nodes: list[OpNode]) -> None:
     cat = OpNode(cat_name, "cat", {"tensors": refs, "dim": 0}, shape, "float32", "torch.cat",
                  [refs, 0], {})
     cat_ref = Ref("node", cat_name)
-    _describe(ir, cat_ref, shape)
-    views: dict[str, Ref] = {}
+    _describe(ir, cat_ref, shape, "float32")
+    views: dict[Ref, Ref] = {}
     added = [*nodes, cat]
     for k, n in enumerate(nodes):
         index = (slice(k * rows, (k + 1) * rows, None),)
         view = OpNode(f"{n.name}__row", "getitem", {"input": cat_ref, "index": index}, n.shape,
                       "float32", "operator.getitem", [cat_ref, index], {})
-        views[n.name] = Ref("node", view.name)
-        _describe(ir, views[n.name], n.shape)
+        views[Ref("node", n.name)] = Ref("node", view.name)
+        _describe(ir, Ref("node", view.name), n.shape, "float32")
         added.append(view)
     for node in ir.nodes:
         if node.name not in names:
-            node.args = _with_refs(node.args, views)
-            node.call_args = _with_refs(node.call_args, views)
-            node.call_kwargs = _with_refs(node.call_kwargs, views)
-    ir.outputs = _with_refs(ir.outputs, views)
+            _rewire(node, views)
+    ir.outputs = _with_operands(ir.outputs, views)
     at = ir.nodes.index(nodes[0])
     rest = [n for n in ir.nodes if n.name not in names]
     ir.nodes = [*rest[:at], *added, *rest[at:]]
 
-
-def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...]) -> None:
-    ir.shapes[ref] = shape
-    ir.strides[ref] = contiguous_strides(shape)
-    ir.dtypes[ref] = "float32"

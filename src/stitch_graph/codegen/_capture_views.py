@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _copy_of, _with_operands
+from stitch_graph.codegen._capture_base import _copy_of, _rewire
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
@@ -46,21 +46,17 @@ def compute_through_views(ir: ProgramIR) -> None:
     the estimated device time falls; then pointwise ops that read a reshaped value are computed
     in the value's shape, their results reshaped."""
     moved = True
-    while moved:
-        moved = False
-        users = ir.users()
-        for view in ir.nodes:
-            if _movable(ir, view, users) and _move_pays(ir, view):
-                moved = True
-                break
+    while moved:  # the program's estimate taken once a round, against every trial of it
+        users, base = ir.users(), device_us(ir)
+        moved = any(_movable(ir, view, users) and _move_pays(ir, view, base) for view in ir.nodes)
     moved = True
     while moved:
-        moved = False
-        for node in ir.nodes:
-            reshaped = _reshaped_operand(ir, node)
-            if reshaped is not None and _reshape_after_pays(ir, node, reshaped):
-                moved = True
-                break
+        base = device_us(ir)
+        moved = any(
+            (reshaped := _reshaped_operand(ir, node)) is not None
+            and _reshape_after_pays(ir, node, reshaped, base)
+            for node in ir.nodes
+        )
 
 
 def _movable(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) -> bool:
@@ -82,7 +78,7 @@ def _movable(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) -> bool:
     return all(lookup(ir.node(r).op) is not None and ir.node(r).op in _MOVED for r in readers)
 
 
-def _move_pays(ir: ProgramIR, view: OpNode) -> bool:
+def _move_pays(ir: ProgramIR, view: OpNode, base: float) -> bool:
     """Move ``view`` onto its producer's operands in a trial copy, and then the views of the
     value it becomes, as far as they move (a chain pays only whole); adopt them if the
     estimate falls."""
@@ -98,7 +94,7 @@ def _move_pays(ir: ProgramIR, view: OpNode) -> bool:
         if _movable(trial, trial.node(name), users):
             chain += _move(trial, trial.node(name)) or []  # else the chain stops at that view
     _eliminate_dead(trial)
-    if device_us(trial) >= device_us(ir):
+    if device_us(trial) >= base:
         return False
     adopt(ir, trial)
     return True
@@ -128,8 +124,7 @@ def _move(ir: ProgramIR, view: OpNode) -> list[str] | None:
     out = Ref("node", view.name)
     viewed = tuple(ir.shapes[out])
     value = _copy_of(ir, producer, view.name)  # the view's name: its readers read the value
-    for table in ("args", "call_args", "call_kwargs"):
-        setattr(value, table, _with_operands(getattr(value, table), swap))
+    _rewire(value, swap)
     value.shape = viewed
     ir.shapes[out], ir.strides[out] = viewed, contiguous_strides(viewed)
     at = ir.nodes.index(view)
@@ -159,8 +154,7 @@ def _replayed(ir: ProgramIR, view: OpNode, name: str, source: Ref) -> OpNode | N
     """A copy of ``view`` applied to ``source``, its layout found by running it on meta."""
     node = _copy_of(ir, view, name)
     swap = {view.args["input"]: source}
-    for table in ("args", "call_args", "call_kwargs"):
-        setattr(node, table, _with_operands(getattr(node, table), swap))
+    _rewire(node, swap)
     try:
         meta = _apply(node, _meta(ir, source))
     except (RuntimeError, TypeError, ValueError, IndexError):
@@ -228,14 +222,14 @@ def _reshaped_operand(ir: ProgramIR, node: OpNode) -> Ref | None:
     return None
 
 
-def _reshape_after_pays(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
+def _reshape_after_pays(ir: ProgramIR, node: OpNode, reshaped: Ref, base: float) -> bool:
     """Compute ``node`` in the shape of the value ``reshaped`` views (its other operands viewed
     the same way), its result reshaped back, in a trial copy; adopt it if the estimate falls."""
     trial = trial_copy(ir)
     if not _reshape_after(trial, trial.node(node.name), reshaped):
         return False
     _eliminate_dead(trial)  # the view, if nothing else reads it
-    if device_us(trial) >= device_us(ir):
+    if device_us(trial) >= base:
         return False
     adopt(ir, trial)
     return True
@@ -270,8 +264,7 @@ def _reshape_after(ir: ProgramIR, node: OpNode, reshaped: Ref) -> bool:
         added.append(_recorded(ir, view, meta))
         swap[operand] = Ref("node", view.name)
     inner = _copy_of(ir, node, f"{node.name}__in")
-    for table in ("args", "call_args", "call_kwargs"):
-        setattr(inner, table, _with_operands(getattr(inner, table), swap))
+    _rewire(inner, swap)
     inner.shape = shape
     inner_ref = Ref("node", inner.name)
     ir.shapes[inner_ref], ir.strides[inner_ref] = shape, contiguous_strides(shape)
