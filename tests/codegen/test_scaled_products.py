@@ -69,6 +69,7 @@ def test_a_scaled_product_is_scaled_through_an_operand(
         ("return torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)", False),  # on load
         ("return 0.5 * self.proj(torch.relu(q))", True),  # the bias is not scaled with it
         ("s = q @ k.transpose(-2, -1)\n        return s * 0.125, s", False),  # read twice
+        ("x = torch.tanh(q[:, :, :32])\n        return (x @ x) * 0.5", False),  # one operand, both factors
     ],
 )
 def test_a_product_whose_scaling_costs_nothing_or_cannot_move_stays(body: str, bias: bool) -> None:

@@ -53,6 +53,8 @@ def _scaled_product(ir: ProgramIR, node: OpNode) -> tuple[OpNode, float] | None:
     product = ir.node(x.name)
     if product.op not in _PRODUCTS or isinstance(product.args.get("bias"), Ref):
         return None
+    if len({product.args[slot] for slot in _PRODUCTS[product.op]}) < 2:
+        return None  # x @ x: scaling the one operand would scale both factors
     if product.shape != node.shape or ir.users()[product.name] != [node.name]:
         return None  # read again (or returned) unscaled
     return product, float(other) if node.op == "mul" else 1.0 / float(other)
