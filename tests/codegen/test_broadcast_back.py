@@ -122,9 +122,11 @@ def test_other_consumers_stay_in_their_own_kernel(body: str, tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("shape", "fused"), [
     ((600, 8), True),  # enough rows for a warp each
-    ((100, 8), False),  # too few: the GPU would idle
+    ((100, 2048), False),  # too few: the GPU would idle
     ((2, 8, 20000), True),  # a thread per (strided) row, 40000 of them
-    ((2, 8, 400), False),  # 800 threads only
+    ((2, 2048, 400), False),  # 800 threads only
+    ((100, 8), True),  # too few, but so small that a second launch costs more
+    ((2, 8, 400), True),
 ])
 def test_rows_enough_to_fill_the_gpu_are_needed(shape: tuple[int, ...], fused: bool) -> None:
     dim = 1 if len(shape) == 3 else -1

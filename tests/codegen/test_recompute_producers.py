@@ -66,3 +66,38 @@ def test_a_convolutions_relu_read_twice_is_computed_by_the_kernel_that_reads_it(
     )
     items = plan_program(capture_program(load_task(source))).items
     assert [item.ops for item in items if item.kind == "conv"] == [["conv2d"]], items
+
+
+_MASKED_MEAN = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, hidden, lengths):
+        mask = torch.arange(hidden.size(1), device=hidden.device)[None, :] < lengths[:, None]
+        mask = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def get_inputs():
+    return [torch.randn(8, 32, 16), torch.randint(1, 33, (8,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_padding_mask_of_two_ops_is_computed_by_each_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A padding mask is a chain (positions compared with lengths, then cast to float) read by
+    the masked sum and by the count: each computes the whole chain as it loads, and the kernel
+    that stored the mask goes; copying one op only would not remove it."""
+    from stitch_graph.codegen import _capture_recompute
+
+    chained = _kernels(_MASKED_MEAN)
+    with monkeypatch.context() as patched:
+        patched.setattr(_capture_recompute, "_LONGEST_CHAIN", 1)
+        assert chained < _kernels(_MASKED_MEAN)
+    check_rewrite_saves_kernels(_MASKED_MEAN, tmp_path, monkeypatch, "recompute_cheap_producers")

@@ -53,11 +53,11 @@ def _generate(body: str, shape: tuple[int, ...], tuning: Tuning | None = None) -
 
 
 CASES = {
-    # 70 channels over 4 warps: the last of 18 slots holds 2 positions, inner 64 (two tiles)
-    "l2_normalise": (L2, (2, 70, 2, 32), "4 warps"),
-    "centre": ("x - x.mean(1, keepdim=True)", (3, 100, 32), "4 warps"),
-    "max_shift": ("x - x.amax(1, keepdim=True)", (2, 80, 64), "4 warps"),
-    "by_variance": ("x / (x.var(1, keepdim=True) + 1)", (2, 66, 32), "4 warps"),
+    # 70 channels over 8 warps: the last of 9 slots holds 6 positions, inner 64 (two tiles)
+    "l2_normalise": (L2, (2, 70, 2, 32), "8 warps"),
+    "centre": ("x - x.mean(1, keepdim=True)", (3, 100, 32), "4 warps"),  # whole slots
+    "max_shift": ("x - x.amax(1, keepdim=True)", (2, 80, 64), "8 warps"),
+    "by_variance": ("x / (x.var(1, keepdim=True) + 1)", (2, 66, 32), "8 warps"),
     # longer than 32 slots a thread: a loop not unrolled whole, rewritten from cache
     "long_row": (L2, (1, 1100, 32), "16 warps"),
 }
@@ -89,8 +89,9 @@ def test_other_strided_rows_keep_their_kernels(
 
 @pytest.mark.skipif(find_nvcc() is None, reason="counts loads in nvcc's PTX")
 def test_a_row_unrolled_whole_is_read_from_memory_once(tmp_path: Path) -> None:
-    """100 channels over 4 warps, 25 slots a thread: nvcc keeps the loads in registers across
-    ``sg_slice_reduce``'s barriers for the rewrite (25 global loads, not 50)."""
+    """100 channels over 4 warps (8 would leave the last slot short), 25 slots a thread: nvcc
+    keeps the loads in registers across ``sg_slice_reduce``'s barriers for the rewrite (25
+    global loads, not 50; over 8 warps, with the last slot guarded, it loads twice)."""
     _, program = _generate(L2, (2, 100, 1, 32))
     assert f"{TILES} x 4 warps" in program.kernel_source
     (tmp_path / "k.cu").write_text(program.kernel_source)

@@ -3,9 +3,10 @@
 A cross entropy's mask of counted targets is read by the logsumexp's pass and by the count; a
 hard-swish after a convolution reads its ReLU twice, and the ReLU became the convolution's
 epilogue kernel. The scheduler keeps such a value in memory: one kernel writes it and each
-reader reads it back. Where the value is one cheap op of stored tensors, each reader gets its
-own copy of the op, which the reader's kernel computes as it loads (a prologue or an epilogue
-member), and the kernel that stored it goes.
+reader reads it back. Where the value is a cheap op, or a short chain of them, of stored
+tensors (a padding mask: positions compared with lengths, cast to float), each reader gets its
+own copy of the chain, which the reader's kernel computes as it loads (a prologue or an
+epilogue member), and the kernel that stored it goes.
 
 The copies are kept only where the scheduler's estimate of the device time falls. A value
 reached through views (a rotary embedding's repeated sin and cos rows) is not copied yet.
@@ -20,6 +21,7 @@ from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
 
 _CHEAP_FLOPS = 8.0  # per element: an exp, a divide, a lookup, not a GELU chain
 _MOST_READERS = 4
+_LONGEST_CHAIN = 4  # ops and views copied for one reader
 _WHOLE = frozenset({"cat", "stack", "setitem"})  # written in place or by slices: kept whole
 _COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
 
@@ -27,29 +29,53 @@ _COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
 def recompute_cheap_producers(ir: ProgramIR) -> None:
     """Give each reader kernel its own copy of a cheap pointwise value of stored tensors, where
     that lowers the estimated device time."""
-    users = ir.users()
     trial = trial_copy(ir)
+    users = trial.users()
     copies = 0
     for node in list(trial.nodes):
         readers = [u for u in users[node.name] if u != "output"]
-        if not 2 <= len(readers) <= _MOST_READERS or not _cheap(trial, node):
+        if not 2 <= len(readers) <= _MOST_READERS:
             continue
-        if not all(_computes_on_load(trial.node(r)) for r in readers):
+        chain = _cheap_chain(trial, node, users)
+        if chain is None or not all(_computes_on_load(trial.node(r)) for r in readers):
             continue
         for k, reader in enumerate(readers[1:], start=1):
-            _give_copy(trial, node, trial.node(reader), k)
+            _give_copy(trial, chain, trial.node(reader), k)
             copies += 1
+        users = trial.users()
     if copies and device_us(trial) < device_us(ir):
         adopt(ir, trial)
 
 
-def _cheap(ir: ProgramIR, node: OpNode) -> bool:
-    """A pointwise op of a few FLOPs whose operands are stored anyway (inputs, parameters,
-    results of other kinds of ops, views of them): copying it copies no chain of work."""
-    info = lookup(node.op)
-    if info is None or info.kind != POINTWISE or node.op in _WHOLE or info.flops > _CHEAP_FLOPS:
-        return False
-    return all(_stored(ir, ref) for ref in node.tensor_refs())
+def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> list[OpNode] | None:
+    """``node`` and the pointwise ops (and views) it is computed from that nothing else reads,
+    in program order, when together they cost a few FLOPs an element and read only stored
+    tensors (a padding mask: a position compared with a length, then cast to float); else
+    ``None``. Copying the chain copies no other work."""
+    chain: list[OpNode] = []
+    flops = 0.0
+    pending = [node]
+    while pending:
+        member = pending.pop()
+        info = lookup(member.op)
+        if info is None or member.op in _WHOLE:
+            return None
+        if info.kind == POINTWISE:
+            flops += info.flops
+        elif info.kind != "view":
+            return None
+        chain.append(member)
+        if flops > _CHEAP_FLOPS or len(chain) > _LONGEST_CHAIN:
+            return None
+        for ref in member.tensor_refs():
+            if _stored(ir, ref):
+                continue
+            source = ir.node(ref.name)
+            if users[source.name] != [member.name]:
+                return None  # read elsewhere too: it is computed there anyway
+            pending.append(source)
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    return sorted(chain, key=lambda n: order[n.name])
 
 
 def _stored(ir: ProgramIR, ref: Ref) -> bool:
@@ -73,8 +99,15 @@ def _computes_on_load(reader: OpNode) -> bool:
     return info is not None and info.kind in _COMPUTES_ON_LOAD and reader.op not in _WHOLE
 
 
-def _give_copy(ir: ProgramIR, node: OpNode, reader: OpNode, k: int) -> None:
-    """A copy of ``node`` placed after it, read by ``reader`` in its place."""
-    copy = _copy_of(ir, node, f"{node.name}__again{k}")
-    _rewire(reader, {Ref("node", node.name): Ref("node", copy.name)})
-    ir.nodes.insert(ir.nodes.index(node) + 1, copy)
+def _give_copy(ir: ProgramIR, chain: list[OpNode], reader: OpNode, k: int) -> None:
+    """Copies of ``chain`` (its last node is the value) placed after it, read by ``reader`` in
+    the value's place."""
+    swap: dict[Ref, Ref] = {}
+    at = ir.nodes.index(chain[-1]) + 1
+    for member in chain:
+        copy = _copy_of(ir, member, f"{member.name}__again{k}")
+        _rewire(copy, swap)
+        swap[Ref("node", member.name)] = Ref("node", copy.name)
+        ir.nodes.insert(at, copy)
+        at += 1
+    _rewire(reader, {Ref("node", chain[-1].name): swap[Ref("node", chain[-1].name)]})

@@ -393,6 +393,8 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
 
 _BROADCAST_BACK_ROWS = 512  # a warp or a block per row: four of them per SM of an H200
 _BROADCAST_BACK_THREAD_ROWS = 16384  # a thread per row
+_BROADCAST_BACK_SMALL = 2**17  # elements (512 KB of float32): launch-bound at any layout
+_BROADCAST_BACK_SMALL_ROW = 1024  # ... where no thread walks a long row alone
 _BROADCAST_BACK = {"sum", "mean", "norm", "prod", "amax", "amin", "logsumexp", "var", "std"}
 
 
@@ -417,8 +419,12 @@ def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
     length = numel(in_shape) // max(rows, 1)
     inner = numel(in_shape[max(dims) + 1 :]) if dims else 1
     # one thread (strided rows), warp or block per row: too few rows would leave the GPU idle,
-    # where the unfused reduction splits its rows and the pointwise kernel spreads over all
-    enough_rows = rows >= (_BROADCAST_BACK_THREAD_ROWS if inner >= 32 else _BROADCAST_BACK_ROWS)
+    # where the unfused reduction splits its rows and the pointwise kernel spreads over all;
+    # an input this small is read in less time than the second launch costs either way
+    enough_rows = (
+        rows >= (_BROADCAST_BACK_THREAD_ROWS if inner >= 32 else _BROADCAST_BACK_ROWS)
+        or (numel(in_shape) <= _BROADCAST_BACK_SMALL and length <= _BROADCAST_BACK_SMALL_ROW)
+    )
     return bool(dims) and keepdim and length > 1 and enough_rows and node.shape == in_shape
 
 
