@@ -180,3 +180,48 @@ def test_channels_first_layer_norm_is_one_pass(
     assert "SgPair<SgSum, SgWelford>" in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len(kernels.launched) == 1, kernels.launched
+
+
+_GROUP_NORM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(12))
+        self.bias = nn.Parameter(torch.randn(12))
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        g = x.view({grouped})
+        g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        return g.view(b, c, h, w) * self.weight.view(1, c, 1, 1) + self.bias.view(1, c, 1, 1)
+
+
+def get_inputs():
+    return [torch.randn(2, 12, 5, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_hand_written_group_norm_is_one_kernel_with_its_affine(tmp_path: Path) -> None:
+    """Grouped by a view, normalised as a layer norm and viewed back, it is a group norm; the
+    per-channel scale and shift, which read the norm through the view, become its epilogue."""
+    source = _GROUP_NORM.format(grouped="b, 3, -1")
+    ops = [n.op for n in capture_program(load_task(source)).nodes]
+    assert ops.count("group_norm") == 1 and "layer_norm" not in ops
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len(kernels.launched) == 1, kernels.launched
+
+
+def test_rows_that_do_not_group_channels_stay_a_layer_norm() -> None:
+    source = _GROUP_NORM.format(grouped="b * 4, 3, -1")  # the batch split too: no group norm
+    ops = [n.op for n in capture_program(load_task(source)).nodes]
+    assert "group_norm" not in ops and "layer_norm" in ops
