@@ -75,3 +75,18 @@ def test_a_scaled_product_is_scaled_through_an_operand(
 def test_a_product_whose_scaling_costs_nothing_or_cannot_move_stays(body: str, bias: bool) -> None:
     ir = capture_program(load_task(_PROBLEM.format(body=body, bias=bias)))
     assert not any(n.name.endswith(("__of_input", "__of_other", "__of_weight")) for n in ir.nodes)
+
+
+def test_an_einsums_scores_are_scaled_where_the_queries_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scores reach the scaling through views of a batched product, and its operand is a
+    permuted copy of the rotated queries: the factor joins the queries' kernel, and the kernel
+    that read the scores back to scale them goes."""
+    body = 'return torch.einsum("bthd,bshd->bhts", torch.tanh(q) + q, k) * 0.125'
+    source = _PROBLEM.format(body=body, bias=False)
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    kernels = len(plan_program(capture_program(load_task(source))).items)
+    monkeypatch.setattr(_capture_lower, "scale_operands_of_products", lambda ir: None)
+    assert kernels < len(plan_program(capture_program(load_task(source))).items)

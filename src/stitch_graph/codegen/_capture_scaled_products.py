@@ -6,9 +6,10 @@ program. ``(a @ b) * s == (a * s) @ b``, and where ``a`` is written by a pointwi
 rotated queries) the factor costs that kernel one multiply. Rounding moves by an ulp of the
 operand, far inside the 1e-4 the outputs are judged at.
 
-Taken for ``matmul`` and a ``linear`` without bias, read only by the scaling, and only where the
-scheduler's estimate of the device time falls (a product whose scaling a softmax computes as it
-loads stays as it is).
+Taken for ``matmul`` and a ``linear`` without bias, read only by the scaling (directly or
+through views, as an einsum's batched product is), and only where the scheduler's estimate of
+the device time falls (a product whose scaling a softmax computes as it loads stays as it is).
+An operand that is a view is scaled before its views, where a kernel writes it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from stitch_graph.codegen._capture_base import _describe, _rewire, _with_operands
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
+from stitch_graph.codegen.ops import lookup
 
 _PRODUCTS = {"matmul": ("input", "other"), "linear": ("input", "weight")}
 
@@ -50,30 +52,49 @@ def _scaled_product(ir: ProgramIR, node: OpNode) -> tuple[OpNode, float] | None:
         return None
     if not isinstance(other, int | float) or (node.op == "div" and other == 0):
         return None
-    product = ir.node(x.name)
+    users = ir.users()
+    product, reader = ir.node(x.name), node.name
+    while _is_view(product):  # an einsum's product reaches its scaling through views
+        source = product.args.get("input")
+        if users[product.name] != [reader] or not isinstance(source, Ref) or source.kind != "node":
+            return None
+        product, reader = ir.node(source.name), product.name
     if product.op not in _PRODUCTS or isinstance(product.args.get("bias"), Ref):
         return None
     if len({product.args[slot] for slot in _PRODUCTS[product.op]}) < 2:
         return None  # x @ x: scaling the one operand would scale both factors
-    if product.shape != node.shape or ir.users()[product.name] != [node.name]:
+    if users[product.name] != [reader]:
         return None  # read again (or returned) unscaled
     return product, float(other) if node.op == "mul" else 1.0 / float(other)
 
 
+def _is_view(node: OpNode) -> bool:
+    info = lookup(node.op)
+    return info is not None and info.kind == "view"
+
+
 def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor: float) -> None:
-    """Scale ``product``'s operand ``slot`` by ``factor``; the scaling's readers read the
-    product instead."""
-    operand = product.args[slot]
+    """Scale ``product``'s operand ``slot`` by ``factor``; the scaling's readers read what it
+    scaled (the product, or a view of it) instead."""
+    operand, reader = product.args[slot], product
+    users = ir.users()
+    while operand.kind == "node" and _is_view(ir.node(operand.name)):
+        view = ir.node(operand.name)  # scaled before the views: where the kernel writes it
+        source = view.args.get("input")
+        if users[view.name] != [reader.name] or not isinstance(source, Ref):
+            break
+        operand, reader = source, view
     scaled = OpNode(
         f"{node.name}__of_{slot}", "mul", {"input": operand, "other": factor},
         tuple(ir.shapes[operand]), ir.dtypes[operand], "operator.mul", [operand, factor], {},
     )
     ref = Ref("node", scaled.name)
     _describe(ir, ref, scaled.shape, scaled.dtype)
-    _rewire(product, {operand: ref})
-    ir.nodes.insert(ir.nodes.index(product), scaled)
+    _rewire(reader, {operand: ref})
+    ir.nodes.insert(ir.nodes.index(reader), scaled)
     ir.nodes.remove(node)
-    swap = {Ref("node", node.name): Ref("node", product.name)}
+    swap = {Ref("node", node.name): node.args["input"] if node.op == "div" or isinstance(
+        node.args["input"], Ref) else node.args["other"]}
     for reader in ir.nodes:
         _rewire(reader, swap)
     ir.outputs = _with_operands(ir.outputs, swap)
