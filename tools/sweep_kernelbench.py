@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,12 @@ def measure(
     args = _draw(torch, namespace, 7)
     time_it = _timer(torch, args, runs, warmup_s)
     row["eager_ms"] = time_it(reference)
-    row["ours_ms"] = time_it(ours)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        row["ours_ms"] = time_it(ours)
+    said = sorted({str(w.message)[:200] for w in caught if w.category is RuntimeWarning})
+    if said:  # a graph capture that failed in this worker runs plain launches: say so
+        row["ours_said"] = said
     if untuned is not None:
         kept = (untuned.host_source, untuned.kernel_source) == (
             candidate.host_source,
@@ -521,6 +527,8 @@ def print_row(row: dict[str, Any]) -> None:
         + f"{row.get('seconds', 0):6.1f}s  {','.join(row.get('declared', [])) or '-'}",
         flush=True,
     )
+    for message in row.get("ours_said", []):
+        print(f"{'':44s} the program said: {message}", flush=True)
     if "compile_correct" in row:
         print(
             f"{'':44s} torch.compile against eager: max err {row['compile_max_err']:.1e}, "
