@@ -52,9 +52,10 @@ KEPT = [
 ]
 RECOMPUTED = [
     # read by a reduction and by the kernel that scales by its result: each computes it
-    # (codegen/_capture_recompute), where the fold alone left it a kernel of its own
+    # (codegen/_capture_recompute), where the fold alone left it a kernel of its own; and at
+    # this small size the reduction's kernel rewrites the rows itself (broadcast back)
     ("""p = torch.sigmoid(x)
-        return p.sum(-1, keepdim=True) * p""", 2),
+        return p.sum(-1, keepdim=True) * p""", 1),
 ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import _capture_shared_rows, capture_program, plan_program
+from stitch_graph.codegen import _capture_shared_rows, capture_program, plan_program, schedule
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _PROBLEM = """
@@ -61,6 +61,7 @@ def test_reductions_of_the_same_rows_read_apart_share_one_pass(
     body: str, shared: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_capture_shared_rows, "_LARGE", 0)  # the emulation's inputs are small
+    monkeypatch.setattr(schedule, "_BROADCAST_BACK_SMALL", 0)  # ... too small to matter else
     task, program = generate_checked(_PROBLEM.format(body=body))
     assert not program.declared_torch_ops
     plan = plan_program(capture_program(task))
