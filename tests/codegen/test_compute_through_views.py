@@ -132,3 +132,37 @@ def test_a_rewrite_that_fails_leaves_the_program_as_it_stands(
     ir = capture_program(load_task(_PROBLEM.format(body=CASES[0])))
     assert any(note.startswith("compute_through_views left out: KeyError") for note in ir.notes)
     assert "lt" in [n.op for n in ir.nodes]  # the mask as it was written
+
+
+_ECA = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 1, kernel_size=3, padding=1, bias=False)
+
+    def forward(self, x):
+        y = x.mean(dim=(2, 3), keepdim=True)
+        y = self.conv(y.squeeze(-1).transpose(-1, -2)).transpose(-1, -2).unsqueeze(-1)
+        return x * torch.sigmoid(y).expand_as(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 32, 6, 6)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_gate_read_through_expand_as_joins_its_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ECA's channel gate, ``x * sigmoid(y).expand_as(x)``: ``expand_as`` reads only the other
+    tensor's shape, so it is captured as the ``expand`` it is, which moves like any view; the
+    sigmoid then joins the product's kernel instead of storing the gate."""
+    assert "expand_as" not in [n.op for n in capture_program(load_task(_ECA)).nodes]
+    check_rewrite_saves_kernels(_ECA, tmp_path, monkeypatch, "compute_through_views")

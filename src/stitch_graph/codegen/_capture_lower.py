@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import io
 import operator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -483,10 +484,23 @@ def _lower_call(
         shape, dtype = (), "tuple"
     op, bound, attrs = _variant(ir, op, bound, shape, call_args, env, fx_node)
     node = OpNode(fx_node.name, op, bound, shape, dtype, call, call_args, call_kwargs, attrs)
+    if op == "expand_as":
+        node = _plain_expand(node)
     if op == "identity_of":
         env[fx_node.name] = bound["input"]
         return None
     return node
+
+
+def _plain_expand(node: OpNode) -> OpNode:
+    """``x.expand_as(y)`` as the ``x.expand(y.shape)`` it is: ``y`` gives only its shape, and an
+    ``expand`` is a view that ``_capture_views`` can move (a gate read as ``s.expand_as(x)`` in
+    squeeze-and-excitation and ECA blocks then joins its reader's kernel)."""
+    source, shape = node.args["input"], list(node.shape)
+    return replace(
+        node, op="expand", args={"input": source, "shape": shape}, call=".expand",
+        call_args=[source, shape], call_kwargs={},
+    )
 
 
 def _our_layout(
