@@ -46,17 +46,28 @@ def compute_through_views(ir: ProgramIR) -> None:
     the estimated device time falls; then pointwise ops that read a reshaped value are computed
     in the value's shape, their results reshaped."""
     moved = True
-    while moved:  # the program's estimate taken once a round, against every trial of it
-        users, base = ir.users(), device_us(ir)
-        moved = any(_movable(ir, view, users) and _move_pays(ir, view, base) for view in ir.nodes)
+    while moved:  # every view tried once a round; the estimate taken again after each change
+        moved = False
+        users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
+        for name in list(nodes):
+            view = nodes.get(name)  # an adopted trial replaced the nodes: look each up again
+            if view is not None and _movable(ir, view, users) and _move_pays(ir, view, base):
+                moved = True
+                users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
     moved = True
     while moved:
-        base = device_us(ir)
-        moved = any(
-            (reshaped := _reshaped_operand(ir, node)) is not None
-            and _reshape_after_pays(ir, node, reshaped, base)
-            for node in ir.nodes
-        )
+        moved = False
+        base, nodes = device_us(ir), _by_name(ir)
+        for name in list(nodes):
+            node = nodes.get(name)
+            reshaped = _reshaped_operand(ir, node) if node is not None else None
+            if reshaped is not None and _reshape_after_pays(ir, node, reshaped, base):
+                moved = True
+                base, nodes = device_us(ir), _by_name(ir)
+
+
+def _by_name(ir: ProgramIR) -> dict[str, OpNode]:
+    return {n.name: n for n in ir.nodes}
 
 
 def _movable(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) -> bool:
