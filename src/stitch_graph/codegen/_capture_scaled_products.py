@@ -93,8 +93,8 @@ def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor
     _rewire(reader, {operand: ref})
     ir.nodes.insert(ir.nodes.index(reader), scaled)
     ir.nodes.remove(node)
-    swap = {Ref("node", node.name): node.args["input"] if node.op == "div" or isinstance(
-        node.args["input"], Ref) else node.args["other"]}
+    scaled_value = next(a for a in (node.args["input"], node.args["other"]) if isinstance(a, Ref))
+    swap = {Ref("node", node.name): scaled_value}
     for reader in ir.nodes:
         _rewire(reader, swap)
     ir.outputs = _with_operands(ir.outputs, swap)
