@@ -357,3 +357,26 @@ def test_a_trace_that_falls_back_prints_no_traceback(capsys, tmp_path: Path) -> 
     program = emit_candidate(capture_program(task), plan_program(capture_program(task)))
     assert "Traceback" not in capsys.readouterr().err
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_model_whose_trace_falls_back_is_built_on_the_cpu_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The tensor attribute needs real values, so the model is built on the CPU (a vanilla
+    RNN's weights: 2 GB); when fx's graph does not run, the export that follows takes that
+    model back as it was built instead of building it again. The values stay right."""
+    from stitch_graph.codegen import capture
+
+    devices: list[str] = []
+    build = capture._build_model
+
+    def counted(namespace, init_args, device):  # noqa: ANN001, ANN202
+        devices.append(device)
+        return build(namespace, init_args, device)
+
+    monkeypatch.setattr(capture, "_build_model", counted)
+    task = load_task(_TENSOR_ATTRIBUTE)
+    ir = capture_program(task)
+    assert devices.count("cpu") == 1, devices
+    monkeypatch.undo()
+    check_on_cpu(task, emit_candidate(ir, plan_program(ir)), tmp_path, cooperative=True)

@@ -27,6 +27,7 @@ nodes, contiguous copies).
 
 from __future__ import annotations
 
+import copy
 import linecache
 from typing import Any
 
@@ -92,8 +93,10 @@ def capture_program(task: Task) -> ProgramIR:
             return _build_model(namespace, init_args, "cpu")
         return _meta_model(namespace, init_args)
 
+    built = None
     if needs_values and on_meta:
         model = fresh()
+        built = _attributes_of(model)  # built once: what a trace reassigns is undone
         gm, method = _trace(model, args, real)
         state = model.state_dict()
     try:
@@ -103,6 +106,33 @@ def capture_program(task: Task) -> ProgramIR:
             raise
     # the fx graph does not run (a forward that assigns module attributes, say): export a
     # freshly built model instead (the trace may have changed the old one)
-    model = fresh()
+    model = _restored(model, built) if built is not None else fresh()
     gm = _export(model, args, real)
     return _lower(task, model, gm, "export", args, in_dtypes, model.state_dict())
+
+
+def _attributes_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+    """Each module's attributes, its parameter, buffer and submodule tables copied: what an fx
+    trace of a forward that assigns attributes (an RNN's ``self.hidden = ...``) changes. Its
+    tensors are not touched: the trace runs on proxies."""
+    saved = []
+    for module in model.modules():
+        attributes = {
+            name: copy.copy(value) if isinstance(value, dict | list | set) else value
+            for name, value in vars(module).items()
+        }
+        saved.append((module, attributes))
+    return saved
+
+
+def _restored(
+    model: torch.nn.Module, saved: list[tuple[torch.nn.Module, dict[str, Any]]]
+) -> torch.nn.Module:
+    """``model`` as it was built, from ``_attributes_of``: a model whose weights fill gigabytes
+    on the CPU (a vanilla RNN's 2 GB, built in 5 s) is not built a second time."""
+    for module, attributes in saved:
+        vars(module).clear()
+        vars(module).update(
+            {n: copy.copy(v) if isinstance(v, dict | list | set) else v for n, v in attributes.items()}
+        )
+    return model
