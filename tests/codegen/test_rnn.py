@@ -149,4 +149,6 @@ def test_a_state_left_at_its_default_is_not_an_input(tmp_path: Path) -> None:
         "def forward(self, x)", "def forward(self, x, h0=None)")
     task, program = generate_checked(source)
     assert "def forward(self, x):" in program.host_source
+    # traced by fx with the default as a constant, not by torch.export through the steps
+    assert capture_program(task).method == "fx"
     check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -290,13 +290,31 @@ def _unpassed_defaults(model: torch.nn.Module, args: list[Any]) -> dict[str, Any
             if p.default is not inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
 
 
+def _drop_inputs_after(graph: torch.fx.Graph, count: int) -> None:
+    """Remove the placeholders past the first ``count`` (parameters fx traced as constants)
+    and its checks that they are ``None``: the program's inputs are the task's."""
+    for node in list(graph.nodes):
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none":
+            graph.erase_node(node)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node in placeholders[count:]:
+        if node.users:
+            msg = f"forward's parameter {node.target!r}, left at its default, is still read"
+            raise CaptureError(msg)
+        graph.erase_node(node)
+
+
 def _trace(
     model: torch.nn.Module, args: list[Any], real: RealRun | None = None
 ) -> tuple[torch.fx.GraphModule, str]:
     try:
-        if _unpassed_defaults(model, args):
-            raise CaptureError("forward has parameters the inputs leave at their defaults")
-        graph = _ThroughTracer().trace(model)
+        # parameters the inputs leave at their defaults (``h0=None``) are traced as those
+        # constants, not as inputs: fx takes an LSTM's ``if h0 is None`` branch in a second,
+        # where torch.export traced the layer's steps for 30 s
+        defaults = _unpassed_defaults(model, args)
+        graph = _ThroughTracer().trace(model, concrete_args=defaults or None)
+        if defaults:
+            _drop_inputs_after(graph, len(args))
         return torch.fx.GraphModule(model, graph), "fx"
     except Exception as fx_error:  # noqa: BLE001 - any trace failure falls back to export
         try:
