@@ -104,8 +104,8 @@ def capture_program(task: Task) -> ProgramIR:
     except _PropagationError:
         if method != "fx":
             raise
-    # the fx graph does not run (a forward that assigns module attributes, say): export a
-    # freshly built model instead (the trace may have changed the old one)
+    # the fx graph does not run (a forward that assigns module attributes, say): export the
+    # model as it was built (the trace may have reassigned its attributes)
     model = _restored(model, built) if built is not None else fresh()
     gm = _export(model, args, real)
     return _lower(task, model, gm, "export", args, in_dtypes, model.state_dict())
