@@ -383,19 +383,23 @@ def check_on_cpu(
     return kernels
 
 
+def planned_kernels(source: str) -> int:
+    """How many kernels the plan of problem ``source`` has."""
+    from stitch_graph.codegen import capture_program, plan_program
+    from stitch_graph.task import load_task
+
+    return len(plan_program(capture_program(load_task(source))).items)
+
+
 def check_rewrite_saves_kernels(source: str, workdir: Path, monkeypatch: Any, rewrite: str) -> None:
     """Assert that the program of ``source`` is fully generated, matches PyTorch in the
     cooperative emulation, and has fewer kernels than with the capture rewrite ``rewrite`` (a
     name ``_capture_lower`` calls) left out."""
-    from stitch_graph.codegen import _capture_lower, capture_program, plan_program
-    from stitch_graph.task import load_task
-
-    def kernels() -> int:
-        return len(plan_program(capture_program(load_task(source))).items)
+    from stitch_graph.codegen import _capture_lower
 
     task, program = generate_checked(source)
     assert not program.declared_torch_ops
     check_on_cpu(task, program, workdir, cooperative=True)
-    fewer = kernels()
+    fewer = planned_kernels(source)
     monkeypatch.setattr(_capture_lower, rewrite, lambda ir: None)
-    assert fewer < kernels()
+    assert fewer < planned_kernels(source)

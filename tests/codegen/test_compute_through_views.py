@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import _capture_lower, capture_program, plan_program
+from stitch_graph.codegen import _capture_lower, capture_program
 from stitch_graph.task import load_task
-from tests.codegen.cpu_emulation import check_on_cpu, check_rewrite_saves_kernels, generate_checked
+from tests.codegen.cpu_emulation import (
+    check_on_cpu,
+    check_rewrite_saves_kernels,
+    generate_checked,
+    planned_kernels,
+)
 
 _PROBLEM = """
 import torch
@@ -41,10 +46,6 @@ CASES = [
     """e = torch.exp(x - 1.0).unsqueeze(1).expand(16, 2, 96, 64)
         return e * torch.tensor([1.0, 2.0], device=x.device).view(1, 2, 1, 1)""",
 ]
-
-
-def _kernels(source: str) -> int:
-    return len(plan_program(capture_program(load_task(source))).items)
 
 
 @pytest.mark.parametrize("body", CASES)
@@ -107,15 +108,15 @@ def test_a_product_of_a_reshaped_softmax_is_its_epilogue(
     source = _RESHAPED.format(scale="64, 1, 1, 1", rows="c")
     task, program = generate_checked(source)
     check_on_cpu(task, program, tmp_path, cooperative=True)
-    assert _kernels(source) == 1
+    assert planned_kernels(source) == 1
     monkeypatch.setattr(_capture_lower, "compute_through_views", lambda ir: None)
-    assert _kernels(source) == 2
+    assert planned_kernels(source) == 2
 
 
 def test_an_operand_the_reshape_cannot_view_keeps_the_product_apart() -> None:
     """Two channels a softmax row (a group norm's grouping): the per-channel scale has no view
     in the rows' shape, so the product stays a kernel of its own."""
-    assert _kernels(_RESHAPED.format(scale="64, 1, 1, 1", rows="c // 2")) == 2
+    assert planned_kernels(_RESHAPED.format(scale="64, 1, 1, 1", rows="c // 2")) == 2
 
 
 def test_a_rewrite_that_fails_leaves_the_program_as_it_stands(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stitch_graph.codegen import capture_program, plan_program
-from tests.codegen.cpu_emulation import check_rewrite_saves_kernels
+from tests.codegen.cpu_emulation import check_rewrite_saves_kernels, planned_kernels
 
 _PROBLEM = """
 import torch
@@ -38,12 +38,6 @@ CASES = [
     # cross entropy reaches its three kernels through _capture_views' reshape rewrite already)
     "return F.cross_entropy(x, t, label_smoothing=0.1)",
 ]
-
-
-def _kernels(source: str) -> int:
-    from stitch_graph.task import load_task
-
-    return len(plan_program(capture_program(load_task(source))).items)
 
 
 @pytest.mark.parametrize("body", CASES)
@@ -96,8 +90,8 @@ def test_a_padding_mask_of_two_ops_is_computed_by_each_reader(
     that stored the mask goes; copying one op only would not remove it."""
     from stitch_graph.codegen import _capture_recompute
 
-    chained = _kernels(_MASKED_MEAN)
+    chained = planned_kernels(_MASKED_MEAN)
     with monkeypatch.context() as patched:
         patched.setattr(_capture_recompute, "_LONGEST_CHAIN", 1)
-        assert chained < _kernels(_MASKED_MEAN)
+        assert chained < planned_kernels(_MASKED_MEAN)
     check_rewrite_saves_kernels(_MASKED_MEAN, tmp_path, monkeypatch, "recompute_cheap_producers")

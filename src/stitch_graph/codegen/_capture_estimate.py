@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import copy
 
-from stitch_graph.codegen.ir import ProgramIR, Ref, numel
+from stitch_graph.codegen.ir import ProgramIR, numel
 from stitch_graph.codegen.schedule import (
     HBM_BYTES_PER_US,
     LAUNCH_US,
+    epilogue_kernel_follows,
     estimate_us,
     schedule_program,
 )
@@ -39,9 +40,6 @@ def device_us(ir: ProgramIR) -> float:
     groups = schedule_program(ir)
     total = sum(estimate_us(ir, g) for g in groups) + LAUNCH_US * len(groups)
     for g in groups:
-        anchor = ir.node(g.anchor) if g.anchor else None
-        if anchor is None or g.kind not in ("gemm", "conv"):
-            continue
-        if g.epilogue or isinstance(anchor.args.get("bias"), Ref):
-            total += LAUNCH_US + 8.0 * numel(anchor.shape) / HBM_BYTES_PER_US
+        if epilogue_kernel_follows(ir, g):
+            total += LAUNCH_US + 8.0 * numel(ir.node(g.anchor or "").shape) / HBM_BYTES_PER_US
     return total

@@ -53,12 +53,11 @@ def _scaled_product(ir: ProgramIR, node: OpNode) -> tuple[OpNode, float] | None:
     if not isinstance(other, int | float) or (node.op == "div" and other == 0):
         return None
     users = ir.users()
-    product, reader = ir.node(x.name), node.name
-    while _is_view(product):  # an einsum's product reaches its scaling through views
-        source = product.args.get("input")
-        if users[product.name] != [reader] or not isinstance(source, Ref) or source.kind != "node":
-            return None
-        product, reader = ir.node(source.name), product.name
+    # an einsum's product reaches its scaling through views
+    value, reader = _before_views(ir, x, node.name, users)
+    if value.kind != "node":
+        return None
+    product = ir.node(value.name)
     if product.op not in _PRODUCTS or isinstance(product.args.get("bias"), Ref):
         return None
     if len({product.args[slot] for slot in _PRODUCTS[product.op]}) < 2:
@@ -66,6 +65,19 @@ def _scaled_product(ir: ProgramIR, node: OpNode) -> tuple[OpNode, float] | None:
     if users[product.name] != [reader]:
         return None  # read again (or returned) unscaled
     return product, float(other) if node.op == "mul" else 1.0 / float(other)
+
+
+def _before_views(
+    ir: ProgramIR, ref: Ref, reader: str, users: dict[str, list[str]]
+) -> tuple[Ref, str]:
+    """The value that ``ref`` views, through views each read only by the next (``reader``
+    reads the last), and the node that reads that value."""
+    while ref.kind == "node" and _is_view(view := ir.node(ref.name)):
+        source = view.args.get("input")
+        if users[view.name] != [reader] or not isinstance(source, Ref):
+            break
+        ref, reader = source, view.name
+    return ref, reader
 
 
 def _is_view(node: OpNode) -> bool:
@@ -76,14 +88,9 @@ def _is_view(node: OpNode) -> bool:
 def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor: float) -> None:
     """Scale ``product``'s operand ``slot`` by ``factor``; the scaling's readers read what it
     scaled (the product, or a view of it) instead."""
-    operand, reader = product.args[slot], product
-    users = ir.users()
-    while operand.kind == "node" and _is_view(ir.node(operand.name)):
-        view = ir.node(operand.name)  # scaled before the views: where the kernel writes it
-        source = view.args.get("input")
-        if users[view.name] != [reader.name] or not isinstance(source, Ref):
-            break
-        operand, reader = source, view
+    # scaled before the operand's views: where a kernel writes it
+    operand, reader_name = _before_views(ir, product.args[slot], product.name, ir.users())
+    reader = ir.node(reader_name)
     scaled = OpNode(
         f"{node.name}__of_{slot}", "mul", {"input": operand, "other": factor},
         tuple(ir.shapes[operand]), ir.dtypes[operand], "operator.mul", [operand, factor], {},
@@ -95,6 +102,6 @@ def _move_factor(ir: ProgramIR, node: OpNode, product: OpNode, slot: str, factor
     ir.nodes.remove(node)
     scaled_value = next(a for a in (node.args["input"], node.args["other"]) if isinstance(a, Ref))
     swap = {Ref("node", node.name): scaled_value}
-    for reader in ir.nodes:
-        _rewire(reader, swap)
+    for other in ir.nodes:
+        _rewire(other, swap)
     ir.outputs = _with_operands(ir.outputs, swap)

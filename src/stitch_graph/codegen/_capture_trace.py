@@ -292,7 +292,7 @@ def _unpassed_defaults(model: torch.nn.Module, args: list[Any]) -> dict[str, Any
 
 def _drop_inputs_after(graph: torch.fx.Graph, count: int) -> None:
     """Remove the placeholders past the first ``count`` (parameters fx traced as constants)
-    and its checks that they are ``None``: the program's inputs are the task's."""
+    and fx's checks that they are ``None``: the program's inputs are the task's."""
     for node in list(graph.nodes):
         if node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none":
             graph.erase_node(node)

@@ -21,6 +21,7 @@ Both are kept only where the scheduler's estimate of the device time falls.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,25 +46,26 @@ def compute_through_views(ir: ProgramIR) -> None:
     """Move views of pointwise values onto those values' operands, one view at a time, where
     the estimated device time falls; then pointwise ops that read a reshaped value are computed
     in the value's shape, their results reshaped."""
-    moved = True
-    while moved:  # every view tried once a round; the estimate taken again after each change
-        moved = False
-        users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
-        for name in list(nodes):
-            view = nodes.get(name)  # an adopted trial replaced the nodes: look each up again
-            if view is not None and _movable(ir, view, users) and _move_pays(ir, view, base):
-                moved = True
-                users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
+    _each_node_once_a_round(
+        ir, lambda view, users, base: _movable(ir, view, users) and _move_pays(ir, view, base)
+    )
+    _each_node_once_a_round(ir, lambda node, _users, base: _reshape_after_pays(ir, node, base))
+
+
+def _each_node_once_a_round(
+    ir: ProgramIR, attempt: Callable[[OpNode, dict[str, list[str]], float], bool]
+) -> None:
+    """``attempt(node, users, base)`` on every node once a round, rounds until none changes
+    the program; the users and the estimate are taken again after each change."""
     moved = True
     while moved:
         moved = False
-        base, nodes = device_us(ir), _by_name(ir)
+        users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
         for name in list(nodes):
-            node = nodes.get(name)
-            reshaped = _reshaped_operand(ir, node) if node is not None else None
-            if reshaped is not None and _reshape_after_pays(ir, node, reshaped, base):
+            node = nodes.get(name)  # an adopted trial replaced the nodes: look each up again
+            if node is not None and attempt(node, users, base):
                 moved = True
-                base, nodes = device_us(ir), _by_name(ir)
+                users, base, nodes = ir.users(), device_us(ir), _by_name(ir)
 
 
 def _by_name(ir: ProgramIR) -> dict[str, OpNode]:
@@ -233,9 +235,13 @@ def _reshaped_operand(ir: ProgramIR, node: OpNode) -> Ref | None:
     return None
 
 
-def _reshape_after_pays(ir: ProgramIR, node: OpNode, reshaped: Ref, base: float) -> bool:
-    """Compute ``node`` in the shape of the value ``reshaped`` views (its other operands viewed
-    the same way), its result reshaped back, in a trial copy; adopt it if the estimate falls."""
+def _reshape_after_pays(ir: ProgramIR, node: OpNode, base: float) -> bool:
+    """Where ``node`` reads a reshaped kernel result, compute it in the shape of the value that
+    operand views (its other operands viewed the same way), its result reshaped back, in a
+    trial copy; adopt it if the estimate falls."""
+    reshaped = _reshaped_operand(ir, node)
+    if reshaped is None:
+        return False
     trial = trial_copy(ir)
     if not _reshape_after(trial, trial.node(node.name), reshaped):
         return False

@@ -115,14 +115,7 @@ def _attributes_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[s
     """Each module's attributes, its parameter, buffer and submodule tables copied: what an fx
     trace of a forward that assigns attributes (an RNN's ``self.hidden = ...``) changes. Its
     tensors are not touched: the trace runs on proxies."""
-    saved = []
-    for module in model.modules():
-        attributes = {
-            name: copy.copy(value) if isinstance(value, dict | list | set) else value
-            for name, value in vars(module).items()
-        }
-        saved.append((module, attributes))
-    return saved
+    return [(module, _containers_copied(vars(module))) for module in model.modules()]
 
 
 def _restored(
@@ -132,7 +125,13 @@ def _restored(
     on the CPU (a vanilla RNN's 2 GB, built in 5 s) is not built a second time."""
     for module, attributes in saved:
         vars(module).clear()
-        vars(module).update(
-            {n: copy.copy(v) if isinstance(v, dict | list | set) else v for n, v in attributes.items()}
-        )
+        vars(module).update(_containers_copied(attributes))
     return model
+
+
+def _containers_copied(attributes: dict[str, Any]) -> dict[str, Any]:
+    """``attributes`` with each dict, list and set copied (their items shared)."""
+    return {
+        name: copy.copy(value) if isinstance(value, dict | list | set) else value
+        for name, value in attributes.items()
+    }

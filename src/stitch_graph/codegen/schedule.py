@@ -704,6 +704,14 @@ def group_signature(ir: ProgramIR, group: Group) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def epilogue_kernel_follows(ir: ProgramIR, group: Group) -> bool:
+    """Whether a library call (cuBLAS, cuDNN) is followed by a kernel of its own for its bias
+    and epilogue, which reads the library's result back."""
+    if group.kind not in ("gemm", "conv") or group.anchor is None:
+        return False
+    return bool(group.epilogue) or isinstance(ir.node(group.anchor).args.get("bias"), Ref)
+
+
 def estimate_us(ir: ProgramIR, group: Group) -> float:
     """A roofline guess of the group's device time: its bytes at HBM speed or its FLOPs at
     the rate its kind reaches, whichever is longer."""
@@ -762,8 +770,7 @@ def _fusion_text(ir: ProgramIR, group: Group) -> str:
             parts.append("prologue " + ", ".join(ir.node(m).op for m in group.prologue))
         if group.epilogue:
             parts.append("epilogue " + ", ".join(ir.node(m).op for m in group.epilogue))
-        bias = ir.node(group.anchor).args.get("bias")
-        if group.kind == "gemm" and (group.epilogue or isinstance(bias, Ref)):
+        if group.kind == "gemm" and epilogue_kernel_follows(ir, group):
             parts.append("cuBLAS writes the product; bias and epilogue run in one following kernel")
         elif group.kind == "gemm":
             parts.append("cuBLAS writes the result")
