@@ -17,18 +17,19 @@ from stitch_graph.codegen.schedule import (
 
 
 def trial_copy(ir: ProgramIR) -> ProgramIR:
-    """A copy whose node list, nodes and layout tables a rewrite may change (a rewrite gives a
-    node new argument containers rather than changing them in place)."""
+    """A copy whose node list, nodes, parameters and layout tables a rewrite may change (a
+    rewrite gives a node new argument containers rather than changing them in place)."""
     trial = copy.copy(ir)
     trial.nodes = [copy.copy(n) for n in ir.nodes]
+    trial.params = list(ir.params)
     trial.outputs = list(ir.outputs)
     trial.shapes, trial.strides, trial.dtypes = dict(ir.shapes), dict(ir.strides), dict(ir.dtypes)
     return trial
 
 
 def adopt(ir: ProgramIR, trial: ProgramIR) -> None:
-    """``ir`` takes the trial's nodes, outputs and layouts."""
-    ir.nodes, ir.outputs = trial.nodes, trial.outputs
+    """``ir`` takes the trial's nodes, outputs, parameters and layouts."""
+    ir.nodes, ir.outputs, ir.params = trial.nodes, trial.outputs, trial.params
     ir.shapes, ir.strides, ir.dtypes = trial.shapes, trial.strides, trial.dtypes
 
 

@@ -45,6 +45,7 @@ from stitch_graph.codegen._capture_names import (
     _rewrite_call,
     _variant,
 )
+from stitch_graph.codegen._capture_norm_on_load import normalize_on_load
 from stitch_graph.codegen._capture_norms import recognize_norms
 from stitch_graph.codegen._capture_passes import (
     _eliminate_dead,
@@ -265,6 +266,7 @@ def _lower(
     _split_library_bias(ir)
     share_row_passes(ir)
     recompute_cheap_producers(ir)
+    _optional(normalize_on_load, ir)
     return ir
 
 

@@ -647,16 +647,31 @@ def _kernel_name(ir: ProgramIR, group: Group) -> str:
     return f"{group.id}_" + "_".join(ops[:4])
 
 
+def _stored_as(ir: ProgramIR, ref: Ref) -> Ref:
+    """The tensor whose memory ``ref`` reads: through whole views (a reshape, a permutation, a
+    reader's own copy of one) to the value they view."""
+    while ref.kind == "node":
+        node = ir.node(ref.name)
+        info = lookup(node.op)
+        src = node.args.get("input")
+        if info is None or info.kind != "view" or not isinstance(src, Ref):
+            break
+        if numel(ir.shapes[src]) != numel(node.shape):
+            break  # a slice: another part of it may be read beside
+        ref = src
+    return ref
+
+
 def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
     members = set(group.members)
-    reads = 0
+    read: dict[Ref, int] = {}  # each tensor once: sibling reductions of one input read it once
     flops = 0.0
     for name in group.members:
         node = ir.node(name)
         info = lookup(node.op)
         for ref in node.tensor_refs():
             if ref.kind != "node" or ref.name not in members:
-                reads += numel(ir.shapes[ref])
+                read[_stored_as(ir, ref)] = numel(ir.shapes[ref])
         if info is not None and info.kind == "gemm":
             a = ir.shapes[node.tensor_refs()[0 if node.op != "addmm" else 1]]
             flops += 2.0 * numel(node.shape) * a[-1]
@@ -671,7 +686,7 @@ def _bytes_and_flops(ir: ProgramIR, group: Group) -> tuple[float, float]:
         else:
             flops += (info.flops if info else 1.0) * numel(node.shape)
     out = ir.node(group.output)
-    return 4.0 * (reads + numel(out.shape)), flops
+    return 4.0 * (sum(read.values()) + numel(out.shape)), flops
 
 
 def group_signature(ir: ProgramIR, group: Group) -> str:

@@ -1,0 +1,226 @@
+"""Normalisations read only by row kernels, computed as those kernels load.
+
+A group norm whose result a mean reads (KernelBench L2 23), a batch norm a max pool reads: the
+norm kernel writes the whole normalised tensor and the next kernel reads it back. Split instead
+into the statistics (each row's mean and ``1/std``: sibling reductions of one pass, stored in one
+small tensor) and the normalisation itself, a pointwise chain that the reading kernel computes
+on load, as Inductor schedules these programs: the tensor is read twice and never written,
+where it was read, written and read again. A group norm's statistics reach their channels
+through an index of the group each channel is in.
+
+Only where every reader of the normalised value (through same-shape pointwise ops) is a kernel
+that computes its input on load, and only where the scheduler's estimate of the device time
+falls.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from stitch_graph.codegen._capture_base import _rewire
+from stitch_graph.codegen._capture_builder import _Builder
+from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
+from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
+from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, lookup
+
+__all__ = ["normalize_on_load"]
+
+_SPLIT = frozenset({"group_norm", "layer_norm", "instance_norm", "batch_norm", "rms_norm"})
+
+
+def normalize_on_load(ir: ProgramIR) -> None:
+    """Split each norm whose readers all compute it on load into statistics and a pointwise
+    normalisation, where the estimate falls."""
+    for name in [n.name for n in ir.nodes if n.op in _SPLIT]:
+        node = ir.node(name)
+        if _geometry(ir, node) is None or not _read_on_load(ir, node):
+            continue
+        trial = trial_copy(ir)
+        _split(trial, trial.node(name))
+        recompute_cheap_producers(trial)  # the input's producers, computed by both readers
+        if device_us(trial) < device_us(ir):
+            adopt(ir, trial)
+
+
+def _read_on_load(ir: ProgramIR, norm: OpNode) -> bool:
+    """Whether every kernel the norm's value reaches (through pointwise ops of its shape) can
+    compute it as it loads: pointwise ones, and one at least that computes its input on load
+    (a reduction, pool, norm, softmax or scan). The norm itself is no program output."""
+    users = ir.users()
+    frontier, seen, anchored = [norm.name], {norm.name}, False
+    while frontier:
+        name = frontier.pop()
+        for reader in users[name]:
+            if reader == "output":
+                if name == norm.name:
+                    return False
+                continue
+            node = ir.node(reader)
+            info = lookup(node.op)
+            if info is None:
+                return False
+            if info.kind == "pointwise" and node.op not in INDEXED and node.shape == norm.shape:
+                if reader not in seen:
+                    seen.add(reader)
+                    frontier.append(reader)
+                continue
+            ref = Ref("node", name)
+            if info.kind not in LOADS_THROUGH_PROLOGUE or node.args.get("input") != ref:
+                return False
+            if any(v == ref for k, v in node.args.items() if k != "input"):
+                return False
+            anchored = True
+    return anchored
+
+
+def _geometry(ir: ProgramIR, norm: OpNode) -> tuple[list[int], tuple[int, ...]] | None:
+    """How the norm's rows lie in its input: ``(dims, broadcast)``, the dims a statistic
+    reduces (a group norm's: each channel's, combined per group after) and the shape it takes to
+    broadcast against the input; ``None`` for a norm left whole."""
+    x = norm.args.get("input")
+    if not isinstance(x, Ref) or norm.dtype != "float32" or ir.dtypes.get(x) != "float32":
+        return None
+    if not ir.is_contiguous(x) or norm.shape != ir.shapes[x]:
+        return None
+    shape = ir.shapes[x]
+    rank = len(shape)
+    if norm.op in ("layer_norm", "rms_norm"):
+        normalized = norm.args.get("normalized_shape")
+        count = len(normalized) if isinstance(normalized, list | tuple) else 1
+        if count >= rank:
+            return None  # one statistic for the whole tensor: no rows
+        return list(range(rank - count, rank)), (*shape[: rank - count], *[1] * count)
+    if rank < 3:
+        return None
+    n, c, spatial = shape[0], shape[1], [1] * (rank - 2)
+    if norm.op == "batch_norm":
+        if not norm.args.get("training"):
+            return None
+        return [0, *range(2, rank)], (c, *spatial)
+    if norm.op == "instance_norm" and not norm.args.get("use_input_stats", True):
+        return None
+    if norm.op == "group_norm":
+        groups = int(norm.args.get("num_groups") or 0)
+        if groups < 1 or c % groups:
+            return None
+        return list(range(2, rank)), (n, groups, *spatial)
+    return list(range(2, rank)), (n, c, *spatial)
+
+
+class _Metas(dict):  # type: ignore[type-arg]
+    """Meta tensors of the program's values, made on first use, for the builder."""
+
+    def __init__(self, ir: ProgramIR) -> None:
+        super().__init__()
+        self.ir = ir
+
+    def __missing__(self, ref: Ref) -> Any:
+        ir = self.ir
+        shape = ir.shapes[ref]
+        dtype = getattr(torch, ir.dtypes.get(ref, "float32"))
+        strides = ir.strides.get(ref, contiguous_strides(shape))
+        self[ref] = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+        return self[ref]
+
+
+def _split(ir: ProgramIR, norm: OpNode) -> None:
+    """Replace ``norm`` by its statistics and the pointwise chain that normalises with them;
+    its readers read the chain's last value."""
+    dims, broadcast = _geometry(ir, norm) or ([], ())
+    x: Ref = norm.args["input"]
+    shape = ir.shapes[x]
+    at = ir.nodes.index(norm)
+    before = len(ir.nodes)
+    b = _Builder(ir, _Metas(ir), f"{norm.name}_onload")
+    eps = norm.args.get("eps")
+    if norm.op == "rms_norm":
+        eps = torch.finfo(torch.float32).eps if eps is None else eps
+        mean = None
+        rstd = _rsqrt(b, b("mean", torch.mean, b("mul", torch.mul, x, x), dims), eps)
+    elif norm.op == "group_norm" and broadcast[1] != shape[1]:
+        mean, var = _one_pass(
+            b, ir, b("mean", torch.mean, x, dims), b("var", torch.var, x, dims, correction=0)
+        )
+        mean, rstd = _per_group(b, mean, var, broadcast[1], eps)
+    else:
+        mean, rstd = _one_pass(
+            b,
+            ir,
+            b("mean", torch.mean, x, dims),
+            _rsqrt(b, b("var", torch.var, x, dims, correction=0), eps),
+        )
+    stats = [_to_channels(b, ir, norm, s, broadcast) for s in (mean, rstd) if s is not None]
+    readers = ir.users()[norm.name]
+    chains = {reader: _normalised(b, norm, stats, mean is not None) for reader in readers}
+    added = ir.nodes[before:]
+    del ir.nodes[before:]
+    ir.nodes[at : at + 1] = added
+    for reader, value in chains.items():  # each reader computes the chain on its own load
+        _rewire(ir.node(reader), {Ref("node", norm.name): value})
+
+
+def _normalised(b: _Builder, norm: OpNode, stats: list[Ref], centred: bool) -> Ref:
+    """The norm's value from its input and the row statistics broadcast against it."""
+    x: Ref = norm.args["input"]
+    shape = b.ir.shapes[x]
+    value = b("sub", torch.sub, x, stats[0]) if centred else x
+    value = b("mul", torch.mul, value, stats[-1])
+    for key, op, fn in (("weight", "mul", torch.mul), ("bias", "add", torch.add)):
+        affine = norm.args.get(key)
+        if isinstance(affine, Ref):
+            if norm.op not in ("layer_norm", "rms_norm"):  # per channel
+                affine = b("view", "view", affine, shape[1], *[1] * (len(shape) - 2))
+            value = b(op, fn, value, affine)
+    return value
+
+
+def _rsqrt(b: _Builder, var: Ref, eps: Any) -> Ref:
+    return b("rsqrt", torch.rsqrt, b("add", torch.add, var, 1e-5 if eps is None else eps))
+
+
+def _one_pass(b: _Builder, ir: ProgramIR, first: Ref, second: Ref) -> tuple[Ref, Ref]:
+    """Two statistics of the same rows as slices of one tensor: the scheduler then takes both
+    reductions in one pass over the input (``_cat_slices``)."""
+    stats = b("cat", torch.cat, [first, second], 0)
+    count = ir.shapes[first][0]
+    return (
+        b("getitem", operator.getitem, stats, (slice(0, count, None),)),
+        b("getitem", operator.getitem, stats, (slice(count, 2 * count, None),)),
+    )
+
+
+def _per_group(b: _Builder, mean: Ref, var: Ref, groups: int, eps: Any) -> tuple[Ref, Ref]:
+    """A group's mean and ``1/std`` from its channels' ``(N, C)`` means and variances (equal
+    counts: the group's variance is the mean of each channel's variance plus its squared
+    distance from the group's mean), so that no reduction reads the input through a view of
+    its groups, which would keep its producers from being computed on load."""
+    n, c = b.ir.shapes[mean]
+    by_group = b("view", "view", mean, n, groups, c // groups)
+    group_mean = b("mean", torch.mean, by_group, [2], True)
+    apart = b("sub", torch.sub, by_group, group_mean)
+    spread = b(
+        "add",
+        torch.add,
+        b("view", "view", var, n, groups, c // groups),
+        b("mul", torch.mul, apart, apart),
+    )
+    return group_mean, _rsqrt(b, b("mean", torch.mean, spread, [2]), eps)
+
+
+def _to_channels(
+    b: _Builder, ir: ProgramIR, norm: OpNode, stat: Ref, broadcast: tuple[int, ...]
+) -> Ref:
+    """A row statistic viewed to broadcast against the input; a group norm's taken from its
+    group for each channel (an index along dim 1 of the group each channel is in)."""
+    value = b("view", "view", stat, *broadcast)
+    if norm.op != "group_norm":
+        return value
+    channels, groups = ir.shapes[norm.args["input"]][1], broadcast[1]
+    if channels == groups:
+        return value
+    group_of = torch.arange(channels) // (channels // groups)
+    return b("index", operator.getitem, value, (slice(None), b.constant(group_of)))
