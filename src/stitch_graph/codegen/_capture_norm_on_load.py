@@ -94,13 +94,15 @@ def _geometry(ir: ProgramIR, norm: OpNode) -> tuple[list[int], tuple[int, ...]] 
         if count >= rank:
             return None  # one statistic for the whole tensor: no rows
         return list(range(rank - count, rank)), (*shape[: rank - count], *[1] * count)
-    if rank < 3:
+    if rank < 2:
         return None
     n, c, spatial = shape[0], shape[1], [1] * (rank - 2)
     if norm.op == "batch_norm":
         if not norm.args.get("training"):
             return None
         return [0, *range(2, rank)], (c, *spatial)
+    if rank < 3:
+        return None  # statistics of single elements
     if norm.op == "instance_norm" and not norm.args.get("use_input_stats", True):
         return None
     if norm.op == "group_norm":
