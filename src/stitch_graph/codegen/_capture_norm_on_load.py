@@ -136,33 +136,26 @@ class _Metas(dict):  # type: ignore[type-arg]
 
 def _split(ir: ProgramIR, norm: OpNode) -> None:
     """Replace ``norm`` by its statistics and the pointwise chain that normalises with them;
-    its readers read the chain's last value."""
+    each of its readers reads a chain of its own."""
     dims, broadcast = _geometry(ir, norm) or ([], ())
     x: Ref = norm.args["input"]
-    shape = ir.shapes[x]
     at = ir.nodes.index(norm)
     before = len(ir.nodes)
     b = _Builder(ir, _Metas(ir), f"{norm.name}_onload")
     eps = norm.args.get("eps")
+    weighted = True  # the chain multiplies by the weight (a group norm's folds it in)
     if norm.op == "rms_norm":
         eps = torch.finfo(torch.float32).eps if eps is None else eps
-        mean = None
         rstd = _rsqrt(b, b("mean", torch.mean, b("mul", torch.mul, x, x), dims), eps)
-    elif norm.op == "group_norm" and broadcast[1] != shape[1]:
-        mean, var = _one_pass(
-            b, ir, b("mean", torch.mean, x, dims), b("var", torch.var, x, dims, correction=0)
-        )
-        mean, rstd = _per_group(b, mean, var, broadcast[1], eps)
+        steps = [("mul", b("view", "view", rstd, *broadcast))]
+    elif norm.op == "group_norm" and broadcast[1] != ir.shapes[x][1]:
+        steps, weighted = _group_steps(b, norm, dims, broadcast[1], eps), False
     else:
-        mean, rstd = _one_pass(
-            b,
-            ir,
-            b("mean", torch.mean, x, dims),
-            _rsqrt(b, b("var", torch.var, x, dims, correction=0), eps),
-        )
-    stats = [_to_channels(b, ir, norm, s, broadcast) for s in (mean, rstd) if s is not None]
+        var = b("var", torch.var, x, dims, correction=0)
+        mean, rstd = _one_pass(b, b("mean", torch.mean, x, dims), _rsqrt(b, var, eps))
+        steps = [(op, b("view", "view", s, *broadcast)) for op, s in (("sub", mean), ("mul", rstd))]
     readers = ir.users()[norm.name]
-    chains = {reader: _normalised(b, norm, stats, mean is not None) for reader in readers}
+    chains = {reader: _normalised(b, norm, steps, weighted) for reader in readers}
     added = ir.nodes[before:]
     del ir.nodes[before:]
     ir.nodes[at : at + 1] = added
@@ -170,18 +163,23 @@ def _split(ir: ProgramIR, norm: OpNode) -> None:
         _rewire(ir.node(reader), {Ref("node", norm.name): value})
 
 
-def _normalised(b: _Builder, norm: OpNode, stats: list[Ref], centred: bool) -> Ref:
-    """The norm's value from its input and the row statistics broadcast against it."""
+_STEP = {"sub": torch.sub, "add": torch.add, "mul": torch.mul}
+
+
+def _normalised(b: _Builder, norm: OpNode, steps: list[tuple[str, Ref]], weighted: bool) -> Ref:
+    """The norm's value: its input through ``steps`` (each an op and its per-row operand,
+    broadcast against the input), then the affine weight and bias."""
     x: Ref = norm.args["input"]
     shape = b.ir.shapes[x]
-    value = b("sub", torch.sub, x, stats[0]) if centred else x
-    value = b("mul", torch.mul, value, stats[-1])
-    for key, op, fn in (("weight", "mul", torch.mul), ("bias", "add", torch.add)):
+    value = x
+    for op, operand in steps:
+        value = b(op, _STEP[op], value, operand)
+    for key, op in (("weight", "mul"), ("bias", "add")):
         affine = norm.args.get(key)
-        if isinstance(affine, Ref):
+        if isinstance(affine, Ref) and (weighted or key == "bias"):
             if norm.op not in ("layer_norm", "rms_norm"):  # per channel
                 affine = b("view", "view", affine, shape[1], *[1] * (len(shape) - 2))
-            value = b(op, fn, value, affine)
+            value = b(op, _STEP[op], value, affine)
     return value
 
 
@@ -189,45 +187,44 @@ def _rsqrt(b: _Builder, var: Ref, eps: Any) -> Ref:
     return b("rsqrt", torch.rsqrt, b("add", torch.add, var, 1e-5 if eps is None else eps))
 
 
-def _one_pass(b: _Builder, ir: ProgramIR, first: Ref, second: Ref) -> tuple[Ref, Ref]:
+def _one_pass(b: _Builder, first: Ref, second: Ref) -> tuple[Ref, Ref]:
     """Two statistics of the same rows as slices of one tensor: the scheduler then takes both
     reductions in one pass over the input (``_cat_slices``)."""
     stats = b("cat", torch.cat, [first, second], 0)
-    count = ir.shapes[first][0]
+    count = b.ir.shapes[first][0]
     return (
         b("getitem", operator.getitem, stats, (slice(0, count, None),)),
         b("getitem", operator.getitem, stats, (slice(count, 2 * count, None),)),
     )
 
 
-def _per_group(b: _Builder, mean: Ref, var: Ref, groups: int, eps: Any) -> tuple[Ref, Ref]:
-    """A group's mean and ``1/std`` from its channels' ``(N, C)`` means and variances (equal
-    counts: the group's variance is the mean of each channel's variance plus its squared
-    distance from the group's mean), so that no reduction reads the input through a view of
-    its groups, which would keep its producers from being computed on load."""
-    n, c = b.ir.shapes[mean]
+def _group_steps(
+    b: _Builder, norm: OpNode, dims: list[int], groups: int, eps: Any
+) -> list[tuple[str, Ref]]:
+    """A group norm's steps from its channels' means and variances, all per channel.
+
+    The pass over the input reduces each channel (its producers stay on load; a view of the
+    groups would keep them in memory). Then, per channel, ``apart`` = its mean's distance from
+    its group's, and ``scale`` = the group's ``1/std`` (the mean of its channels' variances
+    plus their squared distances: equal counts) times the channel's weight: ``(x - mean_c +
+    apart) * scale`` is the group's ``(x - mean_g) / std_g * weight``. Each is a small kernel
+    that writes one value a channel, so the readers load per channel, with no index."""
+    x: Ref = norm.args["input"]
+    shape = b.ir.shapes[x]
+    n, c = shape[0], shape[1]
+    var = b("var", torch.var, x, dims, correction=0)
+    mean, var = _one_pass(b, b("mean", torch.mean, x, dims), var)
     by_group = b("view", "view", mean, n, groups, c // groups)
-    group_mean = b("mean", torch.mean, by_group, [2], True)
-    apart = b("sub", torch.sub, by_group, group_mean)
-    spread = b(
-        "add",
-        torch.add,
-        b("view", "view", var, n, groups, c // groups),
-        b("mul", torch.mul, apart, apart),
-    )
-    return group_mean, _rsqrt(b, b("mean", torch.mean, spread, [2]), eps)
-
-
-def _to_channels(
-    b: _Builder, ir: ProgramIR, norm: OpNode, stat: Ref, broadcast: tuple[int, ...]
-) -> Ref:
-    """A row statistic viewed to broadcast against the input; a group norm's taken from its
-    group for each channel (an index along dim 1 of the group each channel is in)."""
-    value = b("view", "view", stat, *broadcast)
-    if norm.op != "group_norm":
-        return value
-    channels, groups = ir.shapes[norm.args["input"]][1], broadcast[1]
-    if channels == groups:
-        return value
-    group_of = torch.arange(channels) // (channels // groups)
-    return b("index", operator.getitem, value, (slice(None), b.constant(group_of)))
+    apart = b("sub", torch.sub, by_group, b("mean", torch.mean, by_group, [2], True))
+    spread = b("view", "view", var, n, groups, c // groups)
+    spread = b("add", torch.add, spread, b("mul", torch.mul, apart, apart))
+    rstd = _rsqrt(b, b("mean", torch.mean, spread, [2], True), eps)
+    weight = norm.args.get("weight")
+    weight = weight if isinstance(weight, Ref) else b.constant(torch.ones(c))
+    scale = b("mul", torch.mul, rstd, b("view", "view", weight, groups, c // groups))
+    per_channel = (n, c, *[1] * (len(shape) - 2))
+    return [
+        ("sub", b("view", "view", mean, *per_channel)),
+        ("add", b("view", "view", apart, *per_channel)),
+        ("mul", b("view", "view", scale, *per_channel)),
+    ]
