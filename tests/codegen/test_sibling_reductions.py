@@ -167,3 +167,15 @@ def _groups(body: str, shape: tuple[int, ...]) -> list[Any]:
 def test_at_most_three_accumulators_ride_together() -> None:
     groups = _groups("x.sum(-1) + x.amax(-1) + x.amin(-1) + x.mean(-1)", (4, 32))
     assert sorted(len(g.anchors) for g in groups) == [1, 3]
+
+
+def test_the_estimate_counts_an_input_that_siblings_reduce_once() -> None:
+    """One pass reads the rows for every sibling: the scheduler's estimate of the kernel's bytes
+    is the input once and the output, as for a single reduction of the same rows."""
+    source = _PROBLEM.format(
+        names="x", body="x.mean(1) - x.amax(1)", inputs="torch.randn(4096, 1024)"
+    )
+    ir = capture_program(load_task(source))
+    (group,) = [g for g in schedule.schedule_program(ir) if g.siblings]
+    nbytes, _ = schedule._bytes_and_flops(ir, group)
+    assert nbytes == 4.0 * (4096 * 1024 + 4096)

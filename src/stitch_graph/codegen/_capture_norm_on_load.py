@@ -5,12 +5,13 @@ norm kernel writes the whole normalised tensor and the next kernel reads it back
 into the statistics (each row's mean and ``1/std``: sibling reductions of one pass, stored in one
 small tensor) and the normalisation itself, a pointwise chain that the reading kernel computes
 on load, as Inductor schedules these programs: the tensor is read twice and never written,
-where it was read, written and read again. A group norm's statistics reach their channels
-through an index of the group each channel is in.
+where it was read, written and read again. A group norm's statistics are combined from its
+channels' and reach the readers per channel (``_group_steps``).
 
 Only where every reader of the normalised value (through same-shape pointwise ops) is a kernel
 that computes its input on load, and only where the scheduler's estimate of the device time
-falls; by default only for large batch norms (``_SPLIT``, ``_LARGE``: what measured faster).
+falls; by default only for large batch and group norms (``_SPLIT``, ``_LARGE``: what measured
+faster).
 """
 
 from __future__ import annotations
