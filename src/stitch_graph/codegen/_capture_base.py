@@ -132,6 +132,12 @@ def _node_of(ir: ProgramIR, ref: Ref) -> OpNode | None:
     return next((n for n in ir.nodes if n.name == ref.name), None)
 
 
+def _meta(ir: ProgramIR, ref: Ref) -> torch.Tensor:
+    """A meta tensor of ``ref``'s shape, strides and dtype."""
+    dtype = getattr(torch, ir.dtypes[ref])
+    return torch.empty_strided(ir.shapes[ref], ir.strides[ref], dtype=dtype, device="meta")
+
+
 def _to_meta(value: Any, ours: dict[Ref, Any]) -> Any:
     """``value`` with every ``Ref`` replaced by its meta tensor in ``ours``."""
     if isinstance(value, Ref):

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _rewire
+from stitch_graph.codegen._capture_base import _meta, _rewire
 from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel
+from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, numel
 from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, lookup
 
 __all__ = ["normalize_on_load"]
@@ -41,15 +41,20 @@ _LARGE = 1 << 23  # elements: 32 MB of float32, a pass that costs far more than 
 def normalize_on_load(ir: ProgramIR) -> None:
     """Split each norm whose readers all compute it on load into statistics and a pointwise
     normalisation, where the estimate falls."""
+    base = None  # the program's estimate, taken once and after each adoption
     for name in [n.name for n in ir.nodes if n.op in _SPLIT and numel(n.shape) >= _LARGE]:
         node = ir.node(name)
-        if _geometry(ir, node) is None or not _read_on_load(ir, node):
+        geometry = _geometry(ir, node)
+        if geometry is None or not _read_on_load(ir, node):
             continue
         trial = trial_copy(ir)
-        _split(trial, trial.node(name))
+        _split(trial, trial.node(name), *geometry)
         recompute_cheap_producers(trial)  # the input's producers, computed by both readers
-        if device_us(trial) < device_us(ir):
+        base = device_us(ir) if base is None else base
+        estimate = device_us(trial)
+        if estimate < base:
             adopt(ir, trial)
+            base = estimate
 
 
 def _read_on_load(ir: ProgramIR, norm: OpNode) -> bool:
@@ -127,18 +132,13 @@ class _Metas(dict):  # type: ignore[type-arg]
         self.ir = ir
 
     def __missing__(self, ref: Ref) -> Any:
-        ir = self.ir
-        shape = ir.shapes[ref]
-        dtype = getattr(torch, ir.dtypes.get(ref, "float32"))
-        strides = ir.strides.get(ref, contiguous_strides(shape))
-        self[ref] = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+        self[ref] = _meta(self.ir, ref)
         return self[ref]
 
 
-def _split(ir: ProgramIR, norm: OpNode) -> None:
-    """Replace ``norm`` by its statistics and the pointwise chain that normalises with them;
-    each of its readers reads a chain of its own."""
-    dims, broadcast = _geometry(ir, norm) or ([], ())
+def _split(ir: ProgramIR, norm: OpNode, dims: list[int], broadcast: tuple[int, ...]) -> None:
+    """Replace ``norm`` by its statistics and the pointwise chain that normalises with them
+    (its rows as ``_geometry`` gives them); each of its readers reads a chain of its own."""
     x: Ref = norm.args["input"]
     at = ir.nodes.index(norm)
     before = len(ir.nodes)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _copy_of, _rewire
+from stitch_graph.codegen._capture_base import _copy_of, _meta, _rewire
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
@@ -188,11 +188,6 @@ def _recorded(ir: ProgramIR, node: OpNode, meta: Any) -> OpNode | None:
     ir.shapes[ref], ir.strides[ref] = tuple(meta.shape), tuple(meta.stride())
     ir.dtypes[ref] = node.dtype
     return node
-
-
-def _meta(ir: ProgramIR, ref: Ref) -> torch.Tensor:
-    dtype = getattr(torch, ir.dtypes[ref])
-    return torch.empty_strided(ir.shapes[ref], ir.strides[ref], dtype=dtype, device="meta")
 
 
 def _apply(node: OpNode, source: torch.Tensor) -> Any:
