@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitch_graph.codegen._cat_slices import CatSlice
+from stitch_graph.codegen._emit_transpose import TILE_THREADS, plan_tile, tile_kernel, tile_read
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.ops import INDEXED, lookup
 from stitch_graph.codegen.schedule import index_position
@@ -123,6 +124,9 @@ class _Args:
     vector: bool = False
     vec_refs: list[Ref] = field(default_factory=list)
     row: tuple[tuple[int, ...], int] | None = None
+    tiles: dict[Ref, str] = field(default_factory=dict)  # operand -> its shared-memory tile
+    tile_space: tuple[int, ...] = ()
+    tile_missed: bool = False  # a tiled operand was read at another element than ``i``
 
     def row_length(self, space: tuple[int, ...], idx: str) -> int:
         """The row length when ``idx`` of ``space`` is ``r * length + k`` here, else 0."""
@@ -138,6 +142,11 @@ class _Args:
     def load(
         self, ref: Ref, space: tuple[int, ...], idx: str, bshape: tuple[int, ...] | None = None
     ) -> str:
+        if ref in self.tiles:
+            if idx == "i" and bshape is None and tuple(space) == self.tile_space:
+                self.param(ref)
+                return self.tiles[ref]
+            self.tile_missed = True
         name = self.param(ref)
         shape = tuple(bshape) if bshape else self.ir.shapes[ref]
         strides = contiguous_strides(shape) if bshape else self.ir.strides[ref]
@@ -580,8 +589,28 @@ class _EmitterBase:
             lines += self.exprs(members, space, idx, env, args)
             return lines, env[out.name]
 
+        if dest is not None:
+            self.written_in_place.add(out.name)
+        alloc = [] if dest else [
+            f"{out.name} = torch.empty({list(space)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        ]
         args = _Args(self.ir)
         lines, result = body(args, "i")
+        tile = plan_tile(self.ir, args.refs, tuple(space)) if tun.transpose_tile else None
+        if tile is not None:
+            targs = _Args(self.ir)
+            loads = [targs.load(ref, space, "i") for ref in tile.refs]
+            targs.tiles = {ref: tile_read(k) for k, ref in enumerate(tile.refs)}
+            targs.tile_space = tuple(space)
+            tlines, tresult = body(targs, "i")
+            if not targs.tile_missed and out.dtype == "float32":
+                signature = targs.signature([f"{otype}* __restrict__ out"])
+                self.kernels.append(
+                    tile_kernel(tile, kernel, signature, index, loads, tlines, store, tresult)
+                )
+                py_args = ", ".join([*(_py(r) for r in targs.refs), target])
+                return [*alloc, f"KERNELS.{kernel}({tile.tiles}, {TILE_THREADS}, {py_args})"]
         unroll = f"#pragma unroll {tun.unroll}\n  " if tun.unroll > 1 else ""
         src = [
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
@@ -594,14 +623,8 @@ class _EmitterBase:
             "}",
         ]
         self.kernels.append("\n".join(src))
-        if dest is not None:
-            self.written_in_place.add(out.name)
         grid = _grid_stride_blocks(n, block, tun.grid_waves)
         py_args = ", ".join([*(_py(r) for r in args.refs), target])
-        alloc = [] if dest else [
-            f"{out.name} = torch.empty({list(space)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
-        ]
         scalar_launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
         vector_ok = tun.vector_width == 4 and n % 4 == 0 and n >= 4 and out.dtype == "float32"
         if not vector_ok or (dest is not None and not dest.vector_ok):

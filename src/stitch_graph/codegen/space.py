@@ -29,6 +29,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         *({"block_size": b, "unroll": 4} for b in (256, 1024)),
         *({"grid_waves": w} for w in (32, 128)),
         {"vector_width": 1},
+        {"transpose_tile": False},
     ],
     "reduction": [
         *({"rows_per_block": r, "block_size": b} for r in (0, 1) for b in _BLOCKS),
@@ -115,7 +116,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
 
 # Bottleneck class (as the Verifier names it) -> the knobs whose settings come first.
 _FIRST_FOR: dict[str, tuple[str, ...]] = {
-    "memory_bound": ("vector_width", "grid_waves", "unroll", "rows_per_block"),
+    "memory_bound": ("vector_width", "transpose_tile", "grid_waves", "unroll", "rows_per_block"),
     "latency_bound": ("block_size", "rows_per_block", "split_reduction"),
     "low_occupancy": ("block_size", "rows_per_block"),
     "launch_bound": ("rows_per_block", "fuse"),

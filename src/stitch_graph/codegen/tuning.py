@@ -62,6 +62,12 @@ class KernelTuning(BaseModel):
         description="True: a generated GEMM for at most 16 rows (a warp per few output columns, "
         "the epilogue fused) in place of cuBLAS; the tuner takes it only when faster.",
     )
+    transpose_tile: bool = Field(
+        default=True,
+        description="Pointwise kernels reading an operand whose unit stride lies along another "
+        "dim than the output's: True reads it through 32x32 shared-memory tiles (both sides "
+        "coalesced); False reads it strided.",
+    )
     stage_window: bool | None = Field(
         default=None,
         description="Pooling: True stages each window row's input span in shared memory, a "
