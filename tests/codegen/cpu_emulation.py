@@ -297,8 +297,11 @@ def _matrices(
     )
 
 
-def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0):  # noqa: ANN001
-    """Every ``algo`` computes the same product: the emulation is exact for all of them."""
+def sgemm_cpu(  # noqa: ANN201
+    ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0, bias=None, relu=False  # noqa: ANN001
+):
+    """Every ``algo`` computes the same product: the emulation is exact for all of them.
+    ``bias`` (one value a row of C, ``m`` of them) and ``relu`` as cuBLASLt's epilogue."""
     if batch == 1:
         sa = sb = sc = 0
     am = _matrices(a, *((k, m) if ta else (m, k)), lda, sa, batch)
@@ -306,7 +309,13 @@ def sgemm_cpu(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0
     cm = _matrices(c, m, n, ldc, sc, batch)
     opa = am.transpose(0, 2, 1) if ta else am
     opb = bm.transpose(0, 2, 1) if tb else bm
-    result = np.matmul(opa.astype(np.float64), opb.astype(np.float64)).astype(np.float32)
+    result = np.matmul(opa.astype(np.float64), opb.astype(np.float64))
+    if bias is not None:
+        assert bias.shape == (m,), (bias.shape, m)
+        result = result + bias.detach().numpy().astype(np.float64)[:, None]
+    if relu:
+        result = np.maximum(result, 0.0)
+    result = result.astype(np.float32)
     if sc == 0 and batch > 1:
         raise AssertionError("batched output with stride 0")
     cm[...] = result

@@ -273,6 +273,28 @@ def test_every_cublaslt_algorithm_computes_the_same_gemm(ta, tb, m, n, k, batch)
                                  m * n, batch)) >= 1
 
 
+@pytest.mark.parametrize("relu", [False, True])
+def test_cublaslt_epilogue_adds_a_linear_layers_bias(relu: bool) -> None:
+    """A linear layer's GEMM with its bias (and ReLU) in cuBLASLt's epilogue, for every ranked
+    algorithm, matches ``F.linear``; the plans asked for carry the epilogue."""
+    import torch
+
+    from stitch_graph.runtime.kernels import KernelLibrary
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    library = KernelLibrary(SOURCE)
+    x, w, b = (torch.randn(*s, device="cuda") for s in ((300, 96), (130, 96), (130,)))
+    expected = torch.nn.functional.linear(x, w, b)
+    expected = expected.relu() if relu else expected
+    for algo in range(4):
+        y = torch.full((300, 130), float("nan"), device="cuda")
+        library.sgemm(1, 0, 130, 300, 96, w, 96, 0, x, 96, 0, y, 130, 300 * 130, 1, algo, b, relu)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+    lt = library._lt_handle
+    assert lt and any(key[-1] == ("relu_bias" if relu else "bias") for key in lt.plans)
+
+
 def test_a_split_source_builds_in_parts_and_every_kernel_launches() -> None:
     """Twenty kernels built as four NVRTC parts at once: each kernel runs from its own part."""
     import torch

@@ -78,3 +78,42 @@ def test_cublaslt_structures_and_alignment_match_the_header() -> None:
     assert cublas._pointer_alignment(0x1000, 0x2000, 0x3000) == 256
     assert cublas._pointer_alignment(0x1000, 0x1010, 0x2000) == 16
     assert cublas._pointer_alignment(0x1004, 0x2000, 0) == 4  # a null C counts as aligned
+
+
+class _LtWithEpilogue(_Lt):
+    def matmul(self, stream, index, shape, a, b, c, bias=0, epilogue="") -> bool:  # noqa: ANN001
+        if index >= self.offered:
+            return False
+        self.calls.append((index, epilogue, bias))
+        return True
+
+
+def test_a_bias_goes_to_cublaslt_epilogue(
+    library: KernelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(cublas, "CublasLt", _LtWithEpilogue)
+    bias, c = torch.ones(8), torch.zeros(4, 8)
+    library.sgemm(0, 1, 8, 4, 2, 100, 8, 0, 200, 4, 0, c, 8, 0, 1, 0, bias)
+    library.sgemm(0, 1, 8, 4, 2, 100, 8, 0, 200, 4, 0, c, 8, 0, 1, 2, bias, True)
+    lt = library._lt_handle
+    assert lt.calls == [(0, "bias", bias.data_ptr()), (1, "relu_bias", bias.data_ptr())]
+    assert library._blas_handle.calls == [] and float(c.abs().sum()) == 0  # nothing added twice
+
+
+def test_without_cublaslt_the_bias_and_relu_follow_cublas(
+    library: KernelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    def missing(space, loaded):  # noqa: ANN001, ANN202
+        raise OSError("libcublasLt could not be loaded")
+
+    monkeypatch.setattr(cublas, "CublasLt", missing)
+    c = torch.tensor([[1.0, -3.0, 0.5], [-1.0, 2.0, -0.25]])  # what "cuBLAS" left in C
+    library.sgemm(0, 1, 3, 2, 2, 100, 3, 0, 200, 2, 0, c, 3, 0, 1, 0, torch.tensor([1.0, 1, -1]))
+    assert len(library._blas_handle.calls) == 1
+    torch.testing.assert_close(c, torch.tensor([[2.0, -2.0, -0.5], [0.0, 3.0, -1.25]]))
+    library.sgemm(0, 1, 3, 2, 2, 100, 3, 0, 200, 2, 0, c, 3, 0, 1, 0, torch.zeros(3), True)
+    torch.testing.assert_close(c, torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]]))

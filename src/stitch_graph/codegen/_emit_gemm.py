@@ -57,6 +57,14 @@ class _GemmEmitter(_EmitterBase):
             return self._skinny_gemm(
                 g, kernel, tun, (a_ref, lda), (b_ref, ldb), bias, (m_rows, n, k)
             )
+        library = self._library_epilogue(g, tun, bias, batch)
+        if library is not None:  # cuBLASLt stores the group's output itself
+            return [
+                f"{g.output} = torch.empty({list(out_shape)}, device=_dev, dtype=torch.float32)",
+                f"_sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}, {ldb}, {sb}, "
+                f"{_py(a_ref)}, {lda}, {sa}, {g.output}, {n}, {m_rows * n}, {batch}, "
+                f"algo={tun.gemm_algo}, {', '.join(library)})",
+            ]
         needs_epilogue = node.op == "addmm" or isinstance(bias, Ref) or bool(g.epilogue)
         product = f"{node.name}_mm" if needs_epilogue else node.name
         lines = [
@@ -86,6 +94,32 @@ class _GemmEmitter(_EmitterBase):
 
         out = ir.node(g.output)
         return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+
+    def _library_epilogue(
+        self, g: Group, tun: KernelTuning, bias: object, batch: int
+    ) -> list[str] | None:
+        """The ``_sgemm`` options that have cuBLASLt's epilogue add a linear layer's bias (and
+        apply the ReLU that is all its epilogue, if so) as the GEMM stores its result, where
+        a generated kernel would read the product back and write it again; ``None`` where the
+        tuning turns it off or the epilogue holds anything else."""
+        node = self.ir.node(g.anchor or "")
+        if (
+            not tun.gemm_epilogue
+            or node.op != "linear"
+            or not isinstance(bias, Ref)
+            or batch != 1
+            or g.output in self.cat_slices
+            or self.ir.dtypes.get(bias, "float32") != "float32"
+        ):
+            return None
+        options = [f"bias={_py(bias)}"]
+        if not g.epilogue:
+            return options
+        (member,) = g.epilogue if len(g.epilogue) == 1 else (None,)
+        relu = self.ir.node(member) if member else None
+        if relu is None or relu.op != "relu" or relu.args.get("input") != Ref("node", node.name):
+            return None
+        return [*options, "relu=True"]
 
     def _skinny_gemm(
         self,

@@ -123,10 +123,12 @@ def _aligned(*tensors):
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0):
+def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0, bias=None,
+           relu=False):
     """Column-major C = op(A) op(B) through cuBLAS on PyTorch's stream, true FP32 (no TF32);
-    algo N > 0: cuBLASLt's N-th ranked algorithm, chosen by timing."""
-    KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo)
+    algo N > 0: cuBLASLt's N-th ranked algorithm, chosen by timing; bias (one value a row of
+    C) and relu: added and applied by cuBLASLt's epilogue as C is stored."""
+    KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo, bias, relu)
 
 
 _PARAMS = {params}

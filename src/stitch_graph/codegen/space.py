@@ -92,6 +92,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     "gemm": [  # the GEMM is most of the time: a skinny one's own kernel, then the library's
         {"gemm_kernel": True},
         *({"gemm_algo": a} for a in (1, 2, 3)),
+        {"gemm_epilogue": False},
         *({"block_size": b} for b in _BLOCKS),
         {"fuse": False},
     ],

@@ -68,6 +68,12 @@ class KernelTuning(BaseModel):
         "dim than the output's: True reads it through 32x32 shared-memory tiles (both sides "
         "coalesced); False reads it strided.",
     )
+    gemm_epilogue: bool = Field(
+        default=True,
+        description="A linear layer's bias, and a ReLU that is all its epilogue, applied by "
+        "cuBLASLt's epilogue as the GEMM stores its result; False: by a generated kernel after "
+        "cuBLAS (a read and a write of the product more).",
+    )
     stage_window: bool | None = Field(
         default=None,
         description="Pooling: True stages each window row's input span in shared memory, a "

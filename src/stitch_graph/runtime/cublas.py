@@ -20,6 +20,8 @@ from typing import Any
 _GEMM_WORKSPACE = 32 << 20  # what PyTorch gives cuBLAS on Hopper
 _COMPUTE_32F, _R_32F = 68, 0  # cublasComputeType_t, cudaDataType_t: FP32, never TF32
 _DESC_TRANSA, _DESC_TRANSB = 3, 4  # cublasLtMatmulDescAttributes_t
+_DESC_EPILOGUE, _DESC_BIAS_POINTER = 7, 8
+EPILOGUES = {"": 1, "bias": 4, "relu_bias": 6}  # cublasLtEpilogue_t: DEFAULT, BIAS, RELU_BIAS
 _LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6  # cublasLtMatrixLayoutAttribute_t
 _PREF_WORKSPACE, _PREF_ALIGNMENTS = 1, (5, 6, 7, 8)  # MAX_WORKSPACE, MIN_ALIGNMENT_{A,B,C,D}
 _CANDIDATES = 8  # algorithms asked of the heuristic
@@ -170,14 +172,22 @@ class CublasLt(_Opened):
         return len(self._plan(shape).algos)
 
     def matmul(self, stream: int, index: int, shape: tuple[int, ...], a: int, b: int,
-               c: int) -> bool:
+               c: int, bias: int = 0, epilogue: str = "") -> bool:
         """``C = op(A) op(B)`` with the heuristic's ``index``-th algorithm (0: its first);
         ``False`` (nothing run) when it offers fewer. ``shape`` is ``(ta, tb, m, n, k, lda, sa,
-        ldb, sb, ldc, sc, batch)``, column-major as for ``cublasSgemm``."""
-        shape = (*shape, _pointer_alignment(a, b, c))
+        ldb, sb, ldc, sc, batch)``, column-major as for ``cublasSgemm``. ``epilogue`` ``bias``
+        adds the vector at ``bias`` (one value a row of C: a linear layer's output feature)
+        as the GEMM stores C, ``relu_bias`` then clamps at 0 (``EPILOGUES``)."""
+        shape = (*shape, _pointer_alignment(a, b, c, *([bias] if epilogue else [])), epilogue)
         plan = self.plans.get(shape) or self._plan(shape)
         if index >= len(plan.algos):
             return False
+        if epilogue:
+            pointer = ctypes.c_void_p(bias)
+            set_ = self.lib.cublasLtMatmulDescSetAttribute(
+                plan.desc, _DESC_BIAS_POINTER, ctypes.byref(pointer), 8
+            )
+            _blas_check(set_, "bias pointer")
         la, lb, lc = plan.layouts
         status = self.lib.cublasLtMatmul(
             self.handle, plan.desc, ctypes.byref(self.one), a, la, b, lb, ctypes.byref(self.zero),
@@ -189,16 +199,19 @@ class CublasLt(_Opened):
 
     def _plan(self, shape: tuple[int, ...]) -> _GemmPlan:
         if len(shape) == 12:
-            shape = (*shape, 256)
+            shape = (*shape, 256, "")
         if shape in self.plans:
             return self.plans[shape]
-        ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, align = shape
+        ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, align, epilogue = shape
         lib = self.lib
         desc = ctypes.c_void_p()
         _blas_check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), _COMPUTE_32F, _R_32F), "desc")
         for attr, value in ((_DESC_TRANSA, ta), (_DESC_TRANSB, tb)):
             op = ctypes.c_int32(value)
             _blas_check(lib.cublasLtMatmulDescSetAttribute(desc, attr, ctypes.byref(op), 4), "trans")
+        kind = ctypes.c_uint32(EPILOGUES[epilogue])
+        set_ = lib.cublasLtMatmulDescSetAttribute(desc, _DESC_EPILOGUE, ctypes.byref(kind), 4)
+        _blas_check(set_, "epilogue")
 
         def layout(rows: int, cols: int, ld: int, stride: int) -> Any:
             made = ctypes.c_void_p()

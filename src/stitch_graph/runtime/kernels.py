@@ -191,6 +191,15 @@ class GuardFailed(RuntimeError):
     """An input took a path through a traced forward that its program does not compute."""
 
 
+def _bias_after(c: Any, bias: Any, relu: bool) -> None:
+    """The bias (one value a row of the column-major C: C's last dim as PyTorch holds it) and
+    ReLU that cuBLASLt's epilogue could not apply."""
+    if bias is not None:
+        c.add_(bias)
+    if relu:
+        c.relu_()
+
+
 class KernelLauncher:
     """One kernel; calling it launches it on PyTorch's current CUDA stream."""
 
@@ -304,25 +313,32 @@ class KernelLibrary:
 
     def sgemm(self, ta: int, tb: int, m: int, n: int, k: int, a: Any, lda: int, sa: int,
               b: Any, ldb: int, sb: int, c: Any, ldc: int, sc: int, batch: int,
-              algo: int = 0) -> None:
+              algo: int = 0, bias: Any = None, relu: bool = False) -> None:
         """Column-major ``C = op(A) op(B)`` (strided-batched when ``batch > 1``) in true FP32.
 
         Runs on PyTorch's current stream through libcuBLAS directly (capturable in a CUDA graph);
         where that library cannot be loaded, through CuPy's cuBLAS wrapper. ``algo`` 0 is
         ``cublasSgemm`` (what eager runs); ``algo`` N > 0 is cuBLASLt's N-th ranked algorithm
-        for this GEMM, or ``cublasSgemm`` again where the heuristic offers fewer.
+        for this GEMM, or ``cublasSgemm`` again where the heuristic offers fewer. ``bias`` (a
+        vector of ``m``, one value a row of C) and ``relu`` are applied by cuBLASLt's epilogue
+        as C is stored (its N-th algorithm, its first for ``algo`` 0); where cuBLASLt cannot,
+        by PyTorch after ``cublasSgemm``.
         """
         stream = self.stream_handle()
         pointers = (_pointer(a), _pointer(b), _pointer(c))
         blas = self._blas()
         if blas != "cupy":
-            if algo > 0:
+            if algo > 0 or bias is not None:
                 shape = (ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch)
                 lt = self._blas_lt(blas)
-                if lt and lt.matmul(stream, algo - 1, shape, *pointers):
+                rank = max(algo - 1, 0)
+                epilogue = "" if bias is None else "relu_bias" if relu else "bias"
+                extra = (_pointer(bias), epilogue) if bias is not None else ()
+                if lt and lt.matmul(stream, rank, shape, *pointers, *extra):
                     return
             blas.sgemm(stream, ta, tb, m, n, k, pointers[0], lda, sa, pointers[1], ldb, sb,
                        pointers[2], ldc, sc, batch)
+            _bias_after(c, bias, relu)
             return
         from cupy.cuda import cublas
 
@@ -340,6 +356,7 @@ class KernelLibrary:
                     handle, ta, tb, m, n, k, one.ctypes.data, pointers[0], lda, sa, pointers[1],
                     ldb, sb, zero.ctypes.data, pointers[2], ldc, sc, batch,
                 )
+        _bias_after(c, bias, relu)
 
     def conv(self, x: Any, w: Any, y: Any, stride: Sequence[int], padding: Sequence[int],
              dilation: Sequence[int], groups: int = 1, engine: int = 0) -> None:
