@@ -7,10 +7,23 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _MAX_BAKED, CaptureError, _bake, _to_meta
+from stitch_graph.codegen._capture_base import _MAX_BAKED, CaptureError, _bake, _meta, _to_meta
 from stitch_graph.codegen._capture_names import _qualname
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import lookup
+
+
+class Metas(dict):  # type: ignore[type-arg]
+    """Meta tensors of a finished program's values, made on first use: what a ``_Builder``
+    that rewrites the program after its capture reads its operands' layouts from."""
+
+    def __init__(self, ir: ProgramIR) -> None:
+        super().__init__()
+        self.ir = ir
+
+    def __missing__(self, ref: Ref) -> Any:
+        self[ref] = _meta(self.ir, ref)
+        return self[ref]
 
 
 class _Builder:

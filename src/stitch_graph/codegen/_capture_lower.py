@@ -56,6 +56,7 @@ from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
 from stitch_graph.codegen._capture_scaled_products import scale_operands_of_products
 from stitch_graph.codegen._capture_setitem import assigned_view, lower_setitem, viewed_base
 from stitch_graph.codegen._capture_shared_rows import share_row_passes
+from stitch_graph.codegen._capture_summed_products import sum_products_first
 from stitch_graph.codegen._capture_trace import (
     _graph_to_meta,
     _module_call,
@@ -260,7 +261,7 @@ def _lower(
         writes.record(fx_node)
     recognize_norms(ir)
     _eliminate_dead(ir)
-    for rewrite in (scale_operands_of_products, compute_through_views):
+    for rewrite in (sum_products_first, scale_operands_of_products, compute_through_views):
         _optional(rewrite, ir)
     _insert_copies(ir)
     _split_library_bias(ir)

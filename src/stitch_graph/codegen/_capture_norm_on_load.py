@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _meta, _rewire
-from stitch_graph.codegen._capture_builder import _Builder
+from stitch_graph.codegen._capture_base import _rewire
+from stitch_graph.codegen._capture_builder import Metas, _Builder
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen._capture_recompute import recompute_cheap_producers
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, numel
@@ -124,25 +124,13 @@ def _geometry(ir: ProgramIR, norm: OpNode) -> tuple[list[int], tuple[int, ...]] 
     return list(range(2, rank)), (n, c, *spatial)
 
 
-class _Metas(dict):  # type: ignore[type-arg]
-    """Meta tensors of the program's values, made on first use, for the builder."""
-
-    def __init__(self, ir: ProgramIR) -> None:
-        super().__init__()
-        self.ir = ir
-
-    def __missing__(self, ref: Ref) -> Any:
-        self[ref] = _meta(self.ir, ref)
-        return self[ref]
-
-
 def _split(ir: ProgramIR, norm: OpNode, dims: list[int], broadcast: tuple[int, ...]) -> None:
     """Replace ``norm`` by its statistics and the pointwise chain that normalises with them
     (its rows as ``_geometry`` gives them); each of its readers reads a chain of its own."""
     x: Ref = norm.args["input"]
     at = ir.nodes.index(norm)
     before = len(ir.nodes)
-    b = _Builder(ir, _Metas(ir), f"{norm.name}_onload")
+    b = _Builder(ir, Metas(ir), f"{norm.name}_onload")
     eps = norm.args.get("eps")
     weighted = True  # the chain multiplies by the weight (a group norm's folds it in)
     if norm.op == "rms_norm":
