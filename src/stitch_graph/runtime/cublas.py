@@ -212,6 +212,10 @@ class CublasLt(_Opened):
         kind = ctypes.c_uint32(EPILOGUES[epilogue])
         set_ = lib.cublasLtMatmulDescSetAttribute(desc, _DESC_EPILOGUE, ctypes.byref(kind), 4)
         _blas_check(set_, "epilogue")
+        if epilogue:  # the heuristic reads only the bias address's alignment: the key's
+            like = ctypes.c_void_p(align)
+            set_ = lib.cublasLtMatmulDescSetAttribute(desc, _DESC_BIAS_POINTER, ctypes.byref(like), 8)
+            _blas_check(set_, "bias pointer")
 
         def layout(rows: int, cols: int, ld: int, stride: int) -> Any:
             made = ctypes.c_void_p()
