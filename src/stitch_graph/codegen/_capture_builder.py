@@ -45,7 +45,7 @@ class _Builder:
             call = "." + fn
         else:
             meta = fn(*meta_args, **meta_kwargs)
-            call = _qualname(fn)
+            call = getattr(fn, "host_call", None) or _qualname(fn)
         pair = isinstance(meta, tuple)
         meta = meta[element] if pair else meta
         self.count += 1

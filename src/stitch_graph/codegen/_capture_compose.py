@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
+from stitch_graph.codegen._capture_interleave import interleave
 from stitch_graph.codegen.ir import ProgramIR, Ref
 
 COMPOSE_SIGNATURES = {
@@ -319,13 +320,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         reps, dim = a["repeats"], a["dim"]
         if not isinstance(reps, int) or dim is None or a["output_size"] is not None:
             return None
-        shape = list(ir.shapes[x])
-        dim = int(dim) % len(shape)
-        wide = b("unsqueeze", torch.unsqueeze, x, dim + 1)
-        spread = b("expand", "expand", wide, *shape[: dim + 1], reps, *shape[dim + 1 :])
-        dense = b("copy", "contiguous", spread)
-        merged = [*shape[:dim], shape[dim] * reps, *shape[dim + 1 :]]
-        return b("view", "view", dense, *merged)
+        dim = int(dim) % len(ir.shapes[x])
+        return b("interleave", interleave, [x] * reps, dim)
     return None
 
 

@@ -36,6 +36,7 @@ from stitch_graph.codegen._capture_base import (
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
+from stitch_graph.codegen._capture_interleave import interleave_stacks
 from stitch_graph.codegen._capture_log_softmax import lower_log_softmax_rows
 from stitch_graph.codegen._capture_masks import data_dependent_hint, rewrite_masked_selection
 from stitch_graph.codegen._capture_names import (
@@ -261,7 +262,10 @@ def _lower(
         writes.record(fx_node)
     recognize_norms(ir)
     _eliminate_dead(ir)
-    for rewrite in (sum_products_first, scale_operands_of_products, compute_through_views):
+    rewrites = (
+        interleave_stacks, sum_products_first, scale_operands_of_products, compute_through_views
+    )
+    for rewrite in rewrites:
         _optional(rewrite, ir)
     _insert_copies(ir)
     _split_library_bias(ir)

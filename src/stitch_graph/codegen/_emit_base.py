@@ -234,6 +234,7 @@ def _py(ref: Ref) -> str:
 _INDEXED_RULES: dict[str, str] = {
     "cat": "_indexed_cat",
     "stack": "_indexed_stack",
+    "interleave": "_indexed_interleave",
     "flip": "_indexed_flip",
     "gather": "_indexed_gather",
     "index": "_indexed_index",
@@ -392,6 +393,25 @@ class _EmitterBase:
         value = loads[-1]
         for k in range(len(loads) - 2, -1, -1):
             value = f"({c} == {k} ? {loads[k]} : {value})"
+        return value
+
+    def _indexed_interleave(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """Operand ``c % k`` of the ``k`` at coordinate ``c / k`` along ``dim``."""
+        tensors = [t for t in node.args["tensors"] if isinstance(t, Ref)]
+        k = len(tensors)
+        dim = int(node.args["dim"]) % at.nd
+        c = at.coord(dim)
+
+        def offset(ref: Ref) -> str:
+            return f"{at.base(ref, {dim})} + ({c} / {k}) * {at.stride(ref, dim)}"
+
+        loads = {ref: self._read(ref, args, offset) for ref in dict.fromkeys(tensors)}
+        value = loads[tensors[-1]]
+        for j in range(k - 2, -1, -1):
+            if loads[tensors[j]] != value:
+                value = f"({c} % {k} == {j} ? {loads[tensors[j]]} : {value})"
         return value
 
     def _indexed_flip(

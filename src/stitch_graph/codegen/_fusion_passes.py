@@ -14,7 +14,7 @@ from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import INDEXED, lookup
 
 _ELSEWHERE = INDEXED - {"triu", "tril"}  # indexed ops reading operands at other positions
-_READS_THROUGH = ("cat", "stack", "flip")  # indexed ops whose rule reads with ``_read``
+_READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
 
 
 def _through_parameter(

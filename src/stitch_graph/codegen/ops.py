@@ -128,7 +128,10 @@ class OpInfo:
 
 REGISTRY: dict[str, OpInfo] = {}
 INDEXED = frozenset(
-    {"cat", "stack", "flip", "gather", "index", "roll", "pad", "triu", "tril", "setitem"}
+    {
+        "cat", "stack", "interleave", "flip", "gather", "index", "roll", "pad", "triu", "tril",
+        "setitem",
+    }
 )
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
 LOADS_THROUGH_PROLOGUE: tuple[OpKind, ...] = ("reduction", "norm", "softmax", "pool", "scan")
@@ -309,6 +312,7 @@ _op("bce_logits_elem", POINTWISE, "input, target, reduction='none'", "((1.f - {t
 # their producers, whose values must be in memory) ----------------------------------------------
 _op("cat", POINTWISE, "tensors, dim=0", flops=0, aliases=("concat", "concatenate"))
 _op("stack", POINTWISE, "tensors, dim=0", flops=0)
+_op("interleave", POINTWISE, "tensors, dim", flops=0, note="the operands' elements in turn along dim: stack(tensors, dim + 1).flatten(dim, dim + 1)")  # noqa: E501
 _op("setitem", POINTWISE, "input, index, value", flops=0, note="y[index] = value as a new tensor: the value inside the region, y outside")  # noqa: E501
 _op("flip", POINTWISE, "input, dims", flops=0)
 _op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="index clamped into range")  # noqa: E501

@@ -222,7 +222,7 @@ def _index_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
 
 def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     nd = max(len(node.shape), 1)
-    if node.op in ("cat", "stack"):
+    if node.op in ("cat", "stack", "interleave"):
         tensors = node.args.get("tensors")
         if not isinstance(tensors, list | tuple) or not all(isinstance(t, Ref) for t in tensors):
             return "unsupported", f"unsupported: {node.op} of non-tensors"
