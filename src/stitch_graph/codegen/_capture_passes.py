@@ -17,7 +17,15 @@ import torch
 
 from stitch_graph.codegen._capture_base import _to_meta
 from stitch_graph.codegen._capture_guards import GUARD_OP
-from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, matrix_layout
+from stitch_graph.codegen.ir import (
+    OpNode,
+    ProgramIR,
+    Ref,
+    contiguous_strides,
+    gemm_loop_dim,
+    matrix_layout,
+    numel,
+)
 from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, lookup
 
 
@@ -45,6 +53,9 @@ def _insert_copies(ir: ProgramIR) -> None:
     for node in ir.nodes:
         info = lookup(node.op)
         keys: tuple[str, ...] = ()
+        if _loops_instead(ir, node):
+            new_nodes.append(node)
+            continue
         if info is not None and (info.kind in _NEEDS_CONTIGUOUS or node.op in _RESHAPES):
             keys = ("input",)
         elif info is not None and info.kind == "gemm":
@@ -78,6 +89,22 @@ def _insert_copies(ir: ProgramIR) -> None:
         new_nodes.append(node)
     ir.nodes = new_nodes
     _relayout_views(ir)
+
+
+_LOOPED_COPY = 1 << 22  # elements: a copy this large costs more than a few more GEMM calls
+
+
+def _loops_instead(ir: ProgramIR, node: OpNode) -> bool:
+    """Whether a batched product reads its strided operands as they lie, one GEMM call for
+    each index of a batch dim (``ir.gemm_loop_dim``), where a copy would have moved at least
+    ``_LOOPED_COPY`` elements."""
+    if gemm_loop_dim(ir, node) is None:
+        return False
+    strided = [
+        r for r in (node.args["input"], node.args["other"])
+        if matrix_layout(ir.shapes[r], ir.strides[r]) is None
+    ]
+    return max((numel(ir.shapes[r]) for r in strided), default=0) >= _LOOPED_COPY
 
 
 def _batch_broadcast(node: OpNode, shape: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -7,7 +7,14 @@ epilogue kernel.
 from __future__ import annotations
 
 from stitch_graph.codegen._emit_base import _SMS, EmitError, _Args, _EmitterBase, _literal, _py
-from stitch_graph.codegen.ir import Group, Ref, matrix_layout, numel
+from stitch_graph.codegen.ir import (
+    Group,
+    Ref,
+    contiguous_strides,
+    gemm_loop_dim,
+    matrix_layout,
+    numel,
+)
 from stitch_graph.codegen.tuning import KernelTuning
 
 SKINNY_ROWS = 16  # rows a generated GEMM keeps in registers, one sum each
@@ -42,8 +49,7 @@ class _GemmEmitter(_EmitterBase):
             a_layout = matrix_layout(ir.shapes[a_ref], ir.strides[a_ref])
             b_layout = matrix_layout(ir.shapes[b_ref], ir.strides[b_ref])
             if a_layout is None or b_layout is None:
-                msg = f"{node.name}: operand layout not expressible as strided-batched GEMM"
-                raise EmitError(msg)
+                return self._looped_gemm(g, kernel, tun)
             m_rows, k = ir.shapes[a_ref][-2], ir.shapes[a_ref][-1]
             n = ir.shapes[b_ref][-1]
             batch = numel(out_shape[:-2])
@@ -90,6 +96,51 @@ class _GemmEmitter(_EmitterBase):
                     node.name,
                     f"const float v_{node.name} = {alpha} * {raw} + {beta} * {addend};",
                 )
+            return node.name, f"const float v_{node.name} = {raw};"
+
+        out = ir.node(g.output)
+        return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+
+    def _looped_gemm(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """A batched product whose operands' batches are not one stride apart: a loop over
+        one batch dim (``gemm_loop_dim``), each call a strided-batched GEMM of the others
+        on views of the operands and the result; then the epilogue kernel, if any."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        o = gemm_loop_dim(ir, node)
+        if o is None:
+            msg = f"{node.name}: operand layout not expressible as strided-batched GEMM"
+            raise EmitError(msg)
+        a_ref, b_ref = node.args["input"], node.args["other"]
+        shape = tuple(node.shape)
+
+        def layout(ref_shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[bool, int, int]:
+            dropped = matrix_layout(
+                (*ref_shape[:o], *ref_shape[o + 1 :]), (*strides[:o], *strides[o + 1 :])
+            )
+            assert dropped is not None  # gemm_loop_dim checked it
+            return dropped
+
+        ta, lda, sa = layout(ir.shapes[a_ref], ir.strides[a_ref])
+        tb, ldb, sb = layout(ir.shapes[b_ref], ir.strides[b_ref])
+        _, _, sc = layout(shape, contiguous_strides(shape))
+        m_rows, k, n = shape[-2], ir.shapes[a_ref][-1], shape[-1]
+        batch = numel(shape[:-2]) // shape[o]
+        product = f"{node.name}_mm" if g.epilogue else node.name
+        algo = f", algo={tun.gemm_algo}" if tun.gemm_algo else ""
+        lines = [
+            f"{product} = torch.empty({list(shape)}, device=_dev, dtype=torch.float32)",
+            f"for _i in range({shape[o]}):",
+            f"    _sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}.select({o}, _i), "
+            f"{ldb}, {sb}, {_py(a_ref)}.select({o}, _i), {lda}, {sa}, "
+            f"{product}.select({o}, _i), {n}, {sc}, {batch}{algo})",
+        ]
+        if not g.epilogue:
+            return lines
+        space = shape
+
+        def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
+            raw = args.load(Ref("node", product), space, idx, space)
             return node.name, f"const float v_{node.name} = {raw};"
 
         out = ir.node(g.output)

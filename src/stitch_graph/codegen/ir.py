@@ -23,6 +23,8 @@ __all__ = [
     "ProgramIR",
     "Ref",
     "contiguous_strides",
+    "gemm_loop_dim",
+    "looped_batch_dim",
     "matrix_layout",
     "numel",
     "reduction_runs",
@@ -230,6 +232,46 @@ def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[boo
             return None
         expected = s * d
     return transposed, ld, batch_stride
+
+
+GEMM_LOOP_MOST = 16  # calls a looped GEMM makes at most: each costs host time
+
+
+def looped_batch_dim(
+    batch: tuple[int, ...], operands: list[tuple[tuple[int, ...], tuple[int, ...]]]
+) -> int | None:
+    """A batch dim to loop over, a strided-batched GEMM call for each of its indices, where
+    the operands' (shape, strides) collapse into one batch stride once it is taken out: the
+    heads of attention's q and k split from one (B, T, 3C) projection are (B, H) batches
+    ``T * 3C`` and ``D`` apart, which one stride cannot step, and B alone can. The shortest
+    such dim of at most ``GEMM_LOOP_MOST``; ``None`` where there is none."""
+    for o in sorted(range(len(batch)), key=lambda d: batch[d]):
+        if batch[o] > GEMM_LOOP_MOST:
+            continue
+        if all(
+            tuple(shape[:-2]) == tuple(batch)
+            and matrix_layout(_without(shape, o), _without(strides, o)) is not None
+            for shape, strides in operands
+        ):
+            return o
+    return None
+
+
+def _without(values: tuple[int, ...], d: int) -> tuple[int, ...]:
+    return (*values[:d], *values[d + 1 :])
+
+
+def gemm_loop_dim(ir: ProgramIR, node: OpNode) -> int | None:
+    """``looped_batch_dim`` of a ``matmul``/``bmm`` node's operands as they lie and its
+    (contiguous) result; ``None`` for other GEMMs."""
+    a, b = node.args.get("input"), node.args.get("other")
+    if node.op not in ("matmul", "bmm") or not isinstance(a, Ref) or not isinstance(b, Ref):
+        return None
+    if a not in ir.strides or b not in ir.strides or len(node.shape) < 3:
+        return None
+    shape = tuple(node.shape)
+    operands = [(ir.shapes[r], ir.strides[r]) for r in (a, b)]
+    return looped_batch_dim(shape[:-2], [*operands, (shape, contiguous_strides(shape))])
 
 
 def reduction_runs(shape: tuple[int, ...], dims: list[int]) -> list[tuple[int, bool]]:
