@@ -96,8 +96,8 @@ def test_a_bias_goes_to_cublaslt_epilogue(
     monkeypatch.setattr(cublas, "CublasLt", _LtWithEpilogue)
     bias, c = torch.ones(8), torch.zeros(4, 8)
     library.sgemm(0, 1, 8, 4, 2, 100, 8, 0, 200, 4, 0, c, 8, 0, 1, 0, bias)
-    library.sgemm(0, 1, 8, 4, 2, 100, 8, 0, 200, 4, 0, c, 8, 0, 1, 2, bias, True)
-    lt = library._lt_handle
+    library.sgemm(0, 1, 8, 4, 2, 100, 8, 0, 200, 4, 0, c, 8, 0, 1, 1, bias, True)
+    lt = library._lt_handle  # with a bias, algo N is cuBLASLt's (N+1)-th: no two alike
     assert lt.calls == [(0, "bias", bias.data_ptr()), (1, "relu_bias", bias.data_ptr())]
     assert library._blas_handle.calls == [] and float(c.abs().sum()) == 0  # nothing added twice
 

@@ -127,7 +127,8 @@ def _sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo=0, b
            relu=False):
     """Column-major C = op(A) op(B) through cuBLAS on PyTorch's stream, true FP32 (no TF32);
     algo N > 0: cuBLASLt's N-th ranked algorithm, chosen by timing; bias (one value a row of
-    C) and relu: added and applied by cuBLASLt's epilogue as C is stored."""
+    C) and relu: added and applied by cuBLASLt's epilogue as C is stored (then algo N is its
+    (N+1)-th)."""
     KERNELS.sgemm(ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch, algo, bias, relu)
 
 

@@ -321,8 +321,8 @@ class KernelLibrary:
         ``cublasSgemm`` (what eager runs); ``algo`` N > 0 is cuBLASLt's N-th ranked algorithm
         for this GEMM, or ``cublasSgemm`` again where the heuristic offers fewer. ``bias`` (a
         vector of ``m``, one value a row of C) and ``relu`` are applied by cuBLASLt's epilogue
-        as C is stored (its N-th algorithm, its first for ``algo`` 0); where cuBLASLt cannot,
-        by PyTorch after ``cublasSgemm``.
+        as C is stored, with its (N+1)-th ranked algorithm for ``algo`` N (so each ``algo`` is
+        another algorithm); where cuBLASLt cannot, by PyTorch after ``cublasSgemm``.
         """
         stream = self.stream_handle()
         pointers = (_pointer(a), _pointer(b), _pointer(c))
@@ -331,7 +331,7 @@ class KernelLibrary:
             if algo > 0 or bias is not None:
                 shape = (ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch)
                 lt = self._blas_lt(blas)
-                rank = max(algo - 1, 0)
+                rank = algo if bias is not None else algo - 1
                 epilogue = "" if bias is None else "relu_bias" if relu else "bias"
                 extra = (_pointer(bias), epilogue) if bias is not None else ()
                 if lt and lt.matmul(stream, rank, shape, *pointers, *extra):
