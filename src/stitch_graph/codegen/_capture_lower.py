@@ -49,6 +49,7 @@ from stitch_graph.codegen._capture_names import (
 from stitch_graph.codegen._capture_norm_on_load import normalize_on_load
 from stitch_graph.codegen._capture_norms import recognize_norms
 from stitch_graph.codegen._capture_passes import (
+    _drop_unit_reductions,
     _eliminate_dead,
     _insert_copies,
     _split_library_bias,
@@ -261,6 +262,7 @@ def _lower(
             _write_back(ir, fx_node, mutated, env, ours, writes)
         writes.record(fx_node)
     recognize_norms(ir)
+    _drop_unit_reductions(ir)
     _eliminate_dead(ir)
     rewrites = (
         interleave_stacks, sum_products_first, scale_operands_of_products, compute_through_views

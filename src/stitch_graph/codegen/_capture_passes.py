@@ -1,4 +1,5 @@
-"""Passes over the lowered IR: drop the nodes nothing reads, give the kernels that need
+"""Passes over the lowered IR: drop the nodes nothing reads and the reductions over dims of
+one element (the value itself), give the kernels that need
 contiguous operands a copy of each strided view they read (and a reshape the same, unless its
 input's strides already allow it as a view), then take the bias off library convolutions and
 linears whose result only feeds a row kernel.
@@ -43,6 +44,29 @@ def _eliminate_dead(ir: ProgramIR) -> None:
 
 _NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv", "pool", "scan")
 _RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias of view
+
+
+_IDENTITY_OVER_ONE = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "logsumexp"})
+
+
+def _drop_unit_reductions(ir: ProgramIR) -> None:
+    """A reduction whose dims all hold one element is its input, reshaped: a view, no kernel
+    (KernelBench L2 18 takes a max, a mean and two logsumexps of (B, 1) over dim 1)."""
+    for node in ir.nodes:
+        src = node.args.get("input")
+        if node.op not in _IDENTITY_OVER_ONE or not isinstance(src, Ref):
+            continue
+        shape, dim = ir.shapes[src], node.args.get("dim")
+        if dim is None or node.args.get("dtype") is not None or ir.dtypes[src] != node.dtype:
+            continue
+        dims = dim if isinstance(dim, list | tuple) else [dim]
+        if not shape or not all(isinstance(d, int) and shape[d % len(shape)] == 1 for d in dims):
+            continue
+        meta = torch.empty_strided(shape, ir.strides[src], device="meta").view(node.shape)
+        node.op, node.args = "view", {"input": src, "shape": list(node.shape)}
+        node.call, node.call_args, node.call_kwargs = ".view", [src, *node.shape], {}
+        node.attrs.pop("tuple_element", None)
+        ir.strides[Ref("node", node.name)] = tuple(meta.stride())
 
 
 def _insert_copies(ir: ProgramIR) -> None:
