@@ -242,6 +242,101 @@ def get_init_inputs():
     return []
 """
 
+_TRANSPOSED_RESIDUAL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(96, 96)
+
+    def forward(self, x):
+        return x + 0.5 * self.fc(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def get_inputs():
+    return [torch.randn(4, 96, 30, 33)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+_ROTARY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(300, 32), persistent=False)
+
+    def forward(self, x):
+        pos = torch.arange(x.size(1), device=x.device)[None, :].expand(x.size(0), -1)
+        sin = self.table[pos].repeat_interleave(2, dim=-1).unsqueeze(2)
+        rot = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        return x * sin.cos() + rot * sin
+
+
+def get_inputs():
+    return [torch.randn(4, 256, 8, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+_HEADS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(512, 1536)
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, 8, 64).transpose(1, 2) for z in (q, k, v))
+        att = torch.softmax((q @ k.transpose(-2, -1)) * 0.125, dim=-1)
+        return torch.relu(att @ v).sum()
+
+
+def get_inputs():
+    return [torch.randn(16, 512, 512)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+_SUMMED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1024, 2048)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)).sum(), (self.fc(x) / 2).sum(dim=1, keepdim=True) * 1.5
+
+
+def get_inputs():
+    return [torch.rand(64, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 CASES = {
     "fire_module_cat_in_place": (_FIRE, "written in place by its operands' kernels"),
     "exclusive_cumsum_cat_in_place": (_CUMSUM, "written in place by its operands' kernels"),
@@ -254,6 +349,11 @@ CASES = {
     "scatter_add_and_index_add_atomics": (_SCATTER, "atomicAdd"),
     "topk_and_argsort_indices": (_ARGSORT, "positions"),
     "branch_on_a_value_guarded": (_GUARDED, "KERNELS.guard("),
+    "transposed_operand_through_tiles": (_TRANSPOSED_RESIDUAL, "read transposed"),
+    "linear_bias_in_cublaslt": (_SUMMED, "bias=_get(self, 'fc.bias'))"),
+    "rotary_pairs_interleaved_on_load": (_ROTARY, "interleave"),
+    "heads_split_from_one_projection_looped": (_HEADS, "for _i in range(8):"),
+    "sum_over_features_of_a_product": (_SUMMED, "_summed__"),
 }
 
 
