@@ -104,3 +104,20 @@ def test_plan_steps_aside_for_operands_read_in_order_small_dims_or_unmergeable_r
     # the rows' dims do not merge (W's stride is not H's over W's length)
     torn = _ir({"a": (space, (1400, 1, 40, 200))})
     assert plan_tile(torn, [Ref("input", "a")], space) is None
+
+
+@pytest.mark.parametrize(
+    ("expr", "x", "y"),
+    [
+        ("torch.cat([x.transpose(1, 2), y], dim=2) * 2", "4, 40, 33", "4, 33, 20"),
+        ("x.transpose(1, 2).flip(1) + y", "4, 40, 33", "4, 33, 40"),
+    ],
+    ids=["concatenated", "flipped"],
+)
+def test_operands_an_indexed_op_reads_keep_their_own_offsets(
+    expr: str, x: str, y: str, tmp_path: Path
+) -> None:
+    """An indexed op reads its operand at its own offset, never from the tile."""
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x=x, y=y))
+    assert _tiled(program.kernel_source) == 0
+    check_on_cpu(task, program, tmp_path, cooperative=True)

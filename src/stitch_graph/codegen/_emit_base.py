@@ -135,6 +135,8 @@ class _Args:
         return self.row[1]
 
     def param(self, ref: Ref) -> str:
+        if ref in self.tiles:
+            self.tile_missed = True  # read by its pointer (an indexed op's own offset)
         if ref not in self.refs:
             self.refs.append(ref)
         return f"a{self.refs.index(ref)}"
@@ -144,7 +146,8 @@ class _Args:
     ) -> str:
         if ref in self.tiles:
             if idx == "i" and bshape is None and tuple(space) == self.tile_space:
-                self.param(ref)
+                if ref not in self.refs:
+                    self.refs.append(ref)
                 return self.tiles[ref]
             self.tile_missed = True
         name = self.param(ref)

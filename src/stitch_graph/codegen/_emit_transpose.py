@@ -72,6 +72,10 @@ def plan_tile(ir: ProgramIR, refs: list[Ref], space: tuple[int, ...]) -> Transpo
     for ref in refs:
         if ref not in ir.shapes or ir.dtypes.get(ref, "float32") != "float32":
             continue
+        shape = ir.shapes[ref]
+        lead = len(space) - len(shape)
+        if lead < 0 or any(n not in (1, space[lead + d]) for d, n in enumerate(shape)):
+            continue  # not read at the output's element (a concatenation's operand)
         b = _contiguous_dim(_strides_in(ir, ref, space), space)
         if b is not None:
             found.setdefault(b, []).append(ref)
