@@ -283,7 +283,7 @@ def _optional(rewrite: Any, ir: ProgramIR) -> None:
     rather than failing the capture."""
     try:
         rewrite(ir)
-    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as error:
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, RuntimeError) as error:
         ir.notes.append(f"{rewrite.__name__} left out: {type(error).__name__}: {error}"[:200])
 
 

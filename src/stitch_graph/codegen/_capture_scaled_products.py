@@ -76,6 +76,8 @@ def _before_views(
         source = view.args.get("input")
         if users[view.name] != [reader] or not isinstance(source, Ref):
             break
+        if ir.dtypes.get(source) == "tuple":
+            break  # a split's pieces: the tuple itself is no tensor to scale
         ref, reader = source, view.name
     return ref, reader
 
