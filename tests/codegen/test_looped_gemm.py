@@ -44,7 +44,7 @@ def get_init_inputs():
 def test_heads_split_from_one_projection_loop_over_the_heads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_capture_passes, "_LOOPED_COPY", 0)  # these tensors are small
+    monkeypatch.setattr(_capture_passes, "_LOOPED_FLOPS", 0)  # these products are small
     task, program = generate_checked(_ATTENTION)
     assert not program.declared_torch_ops, program.declared_torch_ops
     assert program.host_source.count("for _i in range(3):") == 2
@@ -109,7 +109,7 @@ def test_a_scaled_product_of_split_heads_keeps_its_scale_off_the_split(
     big = capture_program(load_task(_RELU_ATTENTION.format(**sizes)))
     split = next(n.name for n in big.nodes if n.op == "split")
     assert {big.node(u).op for u in big.users()[split]} == {"getitem"}
-    monkeypatch.setattr(_capture_passes, "_LOOPED_COPY", 0)
+    monkeypatch.setattr(_capture_passes, "_LOOPED_FLOPS", 0)
     small = {"b": 5, "t": 7, "c": 24, "c3": 72, "h": 3}
     task, program = generate_checked(_RELU_ATTENTION.format(**small))
     assert not program.declared_torch_ops, program.declared_torch_ops

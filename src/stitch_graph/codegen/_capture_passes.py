@@ -115,20 +115,23 @@ def _insert_copies(ir: ProgramIR) -> None:
     _relayout_views(ir)
 
 
-_LOOPED_COPY = 1 << 22  # elements: a copy this large costs more than a few more GEMM calls
+# FLOPs each call of a looped product does at least: MinGPT's heads (6.4 GFLOP a call) gained
+# 1.03x over copying q, k and v first, Swin's 3 windowed heads (0.16 GFLOP a call, 1024 small
+# products) lost 0.75x (H100, results/h100-2026-12-06e)
+_LOOPED_FLOPS = 1e9
 
 
 def _loops_instead(ir: ProgramIR, node: OpNode) -> bool:
     """Whether a batched product reads its strided operands as they lie, one GEMM call for
-    each index of a batch dim (``ir.gemm_loop_dim``), where a copy would have moved at least
-    ``_LOOPED_COPY`` elements."""
-    if gemm_loop_dim(ir, node) is None:
+    each index of a batch dim (``ir.gemm_loop_dim``), instead of copies of them: only where
+    each call is large enough (``_LOOPED_FLOPS``) that a few more launches cost nothing."""
+    o = gemm_loop_dim(ir, node)
+    if o is None:
         return False
-    strided = [
-        r for r in (node.args["input"], node.args["other"])
-        if matrix_layout(ir.shapes[r], ir.strides[r]) is None
-    ]
-    return max((numel(ir.shapes[r]) for r in strided), default=0) >= _LOOPED_COPY
+    shape = node.shape
+    depth = ir.shapes[node.args["input"]][-1]
+    flops = 2 * numel(shape) * depth // shape[o]
+    return flops >= _LOOPED_FLOPS
 
 
 def _batch_broadcast(node: OpNode, shape: tuple[int, ...]) -> tuple[int, ...] | None:
