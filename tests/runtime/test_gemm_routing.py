@@ -33,6 +33,10 @@ class _Lt:
         return True
 
 
+def _missing(space, loaded):  # noqa: ANN001, ANN202
+    raise OSError("libcublasLt could not be loaded")
+
+
 @pytest.fixture
 def library(monkeypatch: pytest.MonkeyPatch) -> KernelLibrary:
     monkeypatch.setattr(cublas, "Cublas", _Blas)
@@ -62,10 +66,7 @@ def test_ranks_past_the_heuristic_fall_back_to_cublas(library: KernelLibrary) ->
 def test_without_cublaslt_every_algo_runs_as_cublas(
     library: KernelLibrary, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def missing(space, loaded):  # noqa: ANN001, ANN202
-        raise OSError("libcublasLt could not be loaded")
-
-    monkeypatch.setattr(cublas, "CublasLt", missing)
+    monkeypatch.setattr(cublas, "CublasLt", _missing)
     _call(library, 1)
     assert library._lt_handle is False and len(library._blas_handle.calls) == 1
 
@@ -107,10 +108,7 @@ def test_without_cublaslt_the_bias_and_relu_follow_cublas(
 ) -> None:
     import torch
 
-    def missing(space, loaded):  # noqa: ANN001, ANN202
-        raise OSError("libcublasLt could not be loaded")
-
-    monkeypatch.setattr(cublas, "CublasLt", missing)
+    monkeypatch.setattr(cublas, "CublasLt", _missing)
     c = torch.tensor([[1.0, -3.0, 0.5], [-1.0, 2.0, -0.25]])  # what "cuBLAS" left in C
     library.sgemm(0, 1, 3, 2, 2, 100, 3, 0, 200, 2, 0, c, 3, 0, 1, 0, torch.tensor([1.0, 1, -1]))
     assert len(library._blas_handle.calls) == 1
