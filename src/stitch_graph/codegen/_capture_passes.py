@@ -51,10 +51,12 @@ _IDENTITY_OVER_ONE = frozenset({"sum", "mean", "amax", "amin", "max", "min", "pr
 
 def _drop_unit_reductions(ir: ProgramIR) -> None:
     """A reduction whose dims all hold one element is its input, reshaped: a view, no kernel
-    (KernelBench L2 18 takes a max, a mean and two logsumexps of (B, 1) over dim 1)."""
+    (KernelBench L2 18 takes a max, a mean and two logsumexps of (B, 1) over dim 1). One that
+    is a program output stays: it is written anyway, and a program is a kernel at least."""
+    outputs = {r.name for r in ir.outputs if r.kind == "node"}
     for node in ir.nodes:
         src = node.args.get("input")
-        if node.op not in _IDENTITY_OVER_ONE or not isinstance(src, Ref):
+        if node.op not in _IDENTITY_OVER_ONE or not isinstance(src, Ref) or node.name in outputs:
             continue
         shape, dim = ir.shapes[src], node.args.get("dim")
         if dim is None or node.args.get("dtype") is not None or ir.dtypes[src] != node.dtype:
