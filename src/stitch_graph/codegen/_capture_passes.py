@@ -117,10 +117,10 @@ def _insert_copies(ir: ProgramIR) -> None:
     _relayout_views(ir)
 
 
-# FLOPs each call of a looped product does at least: MinGPT's heads (6.4 GFLOP a call) gained
-# 1.03x over copying q, k and v first, Swin's 3 windowed heads (0.16 GFLOP a call, 1024 small
-# products) lost 0.75x (H100, results/h100-2026-12-06e)
-_LOOPED_FLOPS = 1e9
+# FLOPs each call of a looped product does at least. Against copying q, k and v first (H100,
+# results/h100-2026-12-06e): MinGPT's and MiniGPT's 8 heads (6.4 GFLOP a call) 1.03x and 1.01x;
+# L3 50's 12 heads (2.1 GFLOP a call) 0.925x; Swin's 3 windowed heads (0.16 GFLOP) 0.75x
+_LOOPED_FLOPS = 4e9
 
 
 def _loops_instead(ir: ProgramIR, node: OpNode) -> bool:
