@@ -1,5 +1,7 @@
 """GEMMs: linear, matmul (mm, bmm) and addmm through cuBLAS (true FP32), followed by one
-epilogue kernel.
+epilogue kernel; a linear's bias (and a ReLU that is all its epilogue) in cuBLASLt's epilogue
+instead; a loop of calls over one batch dim where the operands' batches are not one stride
+apart; a generated kernel for a few rows.
 
 ``_GemmEmitter`` is a mixin of ``emit._Emitter``.
 """
