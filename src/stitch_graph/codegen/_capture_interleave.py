@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from stitch_graph.codegen._capture_base import _meta
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
 
@@ -43,10 +44,7 @@ def interleave_stacks(ir: ProgramIR) -> None:
         if stack is None:
             continue
         dim = int(stack.args["dim"]) % len(stack.shape) - 1
-        tensors = list(stack.args["tensors"])
-        view.op, view.args = "interleave", {"tensors": tensors, "dim": dim}
-        view.call, view.call_args, view.call_kwargs = interleave.host_call, [tensors, dim], {}  # type: ignore[attr-defined]
-        ir.strides[Ref("node", view.name)] = contiguous_strides(view.shape)
+        _become_interleave(ir, view, list(stack.args["tensors"]), dim)
         changed = True
     for view in list(ir.nodes):
         changed = _absorb_unsqueeze(ir, view, users) or changed
@@ -72,7 +70,7 @@ def _absorb_unsqueeze(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) 
     for ref in dict.fromkeys(inner.args["tensors"]):
         if len(ir.shapes[ref]) != len(inner.shape):
             return False
-        meta = torch.empty_strided(ir.shapes[ref], ir.strides[ref], device="meta").unsqueeze(at)
+        meta = _meta(ir, ref).unsqueeze(at)
         name = f"{view.name}__of_{len(added)}"
         added.append(
             OpNode(
@@ -88,14 +86,19 @@ def _absorb_unsqueeze(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) 
         views[ref] = Ref("node", name)
         ir.shapes[views[ref]], ir.strides[views[ref]] = tuple(meta.shape), tuple(meta.stride())
         ir.dtypes[views[ref]] = ir.dtypes[ref]
-    tensors = [views[ref] for ref in inner.args["tensors"]]
     dim = int(inner.args["dim"]) + (at <= int(inner.args["dim"]))
-    view.op, view.args = "interleave", {"tensors": tensors, "dim": dim}
-    view.call, view.call_args, view.call_kwargs = interleave.host_call, [tensors, dim], {}  # type: ignore[attr-defined]
-    ir.strides[Ref("node", view.name)] = contiguous_strides(view.shape)
+    _become_interleave(ir, view, [views[ref] for ref in inner.args["tensors"]], dim)
     position = ir.nodes.index(view)
     ir.nodes[position:position] = added
     return True
+
+
+def _become_interleave(ir: ProgramIR, node: OpNode, tensors: list[Ref], dim: int) -> None:
+    """Turn ``node`` (a view, keeping its name and readers) into ``interleave(tensors, dim)``,
+    stored contiguous."""
+    node.op, node.args = "interleave", {"tensors": tensors, "dim": dim}
+    node.call, node.call_args, node.call_kwargs = interleave.host_call, [tensors, dim], {}  # type: ignore[attr-defined]
+    ir.strides[Ref("node", node.name)] = contiguous_strides(node.shape)
 
 
 def _stack_merged_by(ir: ProgramIR, view: OpNode, users: dict[str, list[str]]) -> OpNode | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _to_meta
+from stitch_graph.codegen._capture_base import _meta, _to_meta
 from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen.ir import (
     OpNode,
@@ -64,7 +64,7 @@ def _drop_unit_reductions(ir: ProgramIR) -> None:
         dims = dim if isinstance(dim, list | tuple) else [dim]
         if not shape or not all(isinstance(d, int) and shape[d % len(shape)] == 1 for d in dims):
             continue
-        meta = torch.empty_strided(shape, ir.strides[src], device="meta").view(node.shape)
+        meta = _meta(ir, src).view(node.shape)
         node.op, node.args = "view", {"input": src, "shape": list(node.shape)}
         node.call, node.call_args, node.call_kwargs = ".view", [src, *node.shape], {}
         node.attrs.pop("tuple_element", None)

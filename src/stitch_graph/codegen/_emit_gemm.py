@@ -8,18 +8,43 @@ apart; a generated kernel for a few rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from stitch_graph.codegen._emit_base import _SMS, EmitError, _Args, _EmitterBase, _literal, _py
 from stitch_graph.codegen.ir import (
     Group,
+    OpNode,
     Ref,
     contiguous_strides,
     gemm_loop_dim,
+    layout_without,
     matrix_layout,
     numel,
 )
 from stitch_graph.codegen.tuning import KernelTuning
 
 SKINNY_ROWS = 16  # rows a generated GEMM keeps in registers, one sum each
+
+
+def _algo(tun: KernelTuning) -> list[str]:
+    """The ``algo`` option of a library GEMM call, none for cuBLAS's own choice."""
+    return [f"algo={tun.gemm_algo}"] if tun.gemm_algo else []
+
+
+def _sgemm_line(
+    sizes: tuple[bool, bool, int, int, int],
+    first: tuple[str, int, int],
+    second: tuple[str, int, int],
+    out: tuple[str, int, int],
+    batch: int,
+    options: list[str],
+) -> str:
+    """The host's ``_sgemm`` call: ``(tb, ta, m, n, k)``, then ``(tensor, ld, batch stride)``
+    of B, A and C (column-major, as cuBLAS takes them), the batch count and keyword options."""
+    tb, ta, m, n, k = sizes
+    head = f"_sgemm({int(tb)}, {int(ta)}, {m}, {n}, {k}"
+    operands = ", ".join(f"{name}, {ld}, {stride}" for name, ld, stride in (first, second, out))
+    return f"{head}, {operands}, {batch}" + "".join(f", {o}" for o in options) + ")"
 
 
 class _GemmEmitter(_EmitterBase):
@@ -51,7 +76,7 @@ class _GemmEmitter(_EmitterBase):
             a_layout = matrix_layout(ir.shapes[a_ref], ir.strides[a_ref])
             b_layout = matrix_layout(ir.shapes[b_ref], ir.strides[b_ref])
             if a_layout is None or b_layout is None:
-                return self._looped_gemm(g, kernel, tun)
+                return self._with_epilogue(g, kernel, tun, lambda c: self._looped_call(node, c, tun))
             m_rows, k = ir.shapes[a_ref][-2], ir.shapes[a_ref][-1]
             n = ir.shapes[b_ref][-1]
             batch = numel(out_shape[:-2])
@@ -65,25 +90,43 @@ class _GemmEmitter(_EmitterBase):
             return self._skinny_gemm(
                 g, kernel, tun, (a_ref, lda), (b_ref, ldb), bias, (m_rows, n, k)
             )
+
+        def call(product: str, options: list[str]) -> str:
+            return _sgemm_line(
+                (tb, ta, n, m_rows, k), (_py(b_ref), ldb, sb), (_py(a_ref), lda, sa),
+                (product, n, m_rows * n), batch, options,
+            )
+
         library = self._library_epilogue(g, tun, bias, batch)
         if library is not None:  # cuBLASLt stores the group's output itself
             return [
                 f"{g.output} = torch.empty({list(out_shape)}, device=_dev, dtype=torch.float32)",
-                f"_sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}, {ldb}, {sb}, "
-                f"{_py(a_ref)}, {lda}, {sa}, {g.output}, {n}, {m_rows * n}, {batch}, "
-                f"algo={tun.gemm_algo}, {', '.join(library)})",
+                call(g.output, [f"algo={tun.gemm_algo}", *library]),
             ]
+        return self._with_epilogue(g, kernel, tun, lambda c: [call(c, _algo(tun))], bias)
+
+    def _with_epilogue(
+        self,
+        g: Group,
+        kernel: str,
+        tun: KernelTuning,
+        calls: Callable[[str], list[str]],
+        bias: object = None,
+    ) -> list[str]:
+        """The product's buffer and ``calls`` writing it; then, where a bias, an ``addmm``'s
+        addend or the group's epilogue follow, the product is the anchor's raw value and one
+        pointwise kernel computes the rest."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        space = tuple(node.shape)
         needs_epilogue = node.op == "addmm" or isinstance(bias, Ref) or bool(g.epilogue)
         product = f"{node.name}_mm" if needs_epilogue else node.name
         lines = [
-            f"{product} = torch.empty({list(out_shape)}, device=_dev, dtype=torch.float32)",
-            f"_sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}, {ldb}, {sb}, "
-            f"{_py(a_ref)}, {lda}, {sa}, {product}, {n}, {m_rows * n}, {batch}"
-            + (f", algo={tun.gemm_algo})" if tun.gemm_algo else ")"),
+            f"{product} = torch.empty({list(space)}, device=_dev, dtype=torch.float32)",
+            *calls(product),
         ]
         if not needs_epilogue:
             return lines
-        space = tuple(out_shape)
 
         def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
             raw = args.load(Ref("node", product), space, idx, space)
@@ -103,50 +146,27 @@ class _GemmEmitter(_EmitterBase):
         out = ir.node(g.output)
         return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
 
-    def _looped_gemm(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+    def _looped_call(self, node: OpNode, product: str, tun: KernelTuning) -> list[str]:
         """A batched product whose operands' batches are not one stride apart: a loop over
         one batch dim (``gemm_loop_dim``), each call a strided-batched GEMM of the others
-        on views of the operands and the result; then the epilogue kernel, if any."""
+        on views of the operands and the result."""
         ir = self.ir
-        node = ir.node(g.anchor or "")
         o = gemm_loop_dim(ir, node)
         if o is None:
             msg = f"{node.name}: operand layout not expressible as strided-batched GEMM"
             raise EmitError(msg)
         a_ref, b_ref = node.args["input"], node.args["other"]
         shape = tuple(node.shape)
-
-        def layout(ref_shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[bool, int, int]:
-            dropped = matrix_layout(
-                (*ref_shape[:o], *ref_shape[o + 1 :]), (*strides[:o], *strides[o + 1 :])
-            )
-            assert dropped is not None  # gemm_loop_dim checked it
-            return dropped
-
-        ta, lda, sa = layout(ir.shapes[a_ref], ir.strides[a_ref])
-        tb, ldb, sb = layout(ir.shapes[b_ref], ir.strides[b_ref])
-        _, _, sc = layout(shape, contiguous_strides(shape))
+        ta, lda, sa = layout_without(ir.shapes[a_ref], ir.strides[a_ref], o)
+        tb, ldb, sb = layout_without(ir.shapes[b_ref], ir.strides[b_ref], o)
+        _, _, sc = layout_without(shape, contiguous_strides(shape), o)
         m_rows, k, n = shape[-2], ir.shapes[a_ref][-1], shape[-1]
-        batch = numel(shape[:-2]) // shape[o]
-        product = f"{node.name}_mm" if g.epilogue else node.name
-        algo = f", algo={tun.gemm_algo}" if tun.gemm_algo else ""
-        lines = [
-            f"{product} = torch.empty({list(shape)}, device=_dev, dtype=torch.float32)",
-            f"for _i in range({shape[o]}):",
-            f"    _sgemm({int(tb)}, {int(ta)}, {n}, {m_rows}, {k}, {_py(b_ref)}.select({o}, _i), "
-            f"{ldb}, {sb}, {_py(a_ref)}.select({o}, _i), {lda}, {sa}, "
-            f"{product}.select({o}, _i), {n}, {sc}, {batch}{algo})",
-        ]
-        if not g.epilogue:
-            return lines
-        space = shape
-
-        def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
-            raw = args.load(Ref("node", product), space, idx, space)
-            return node.name, f"const float v_{node.name} = {raw};"
-
-        out = ir.node(g.output)
-        return lines + self.pointwise(g.id, kernel, g.epilogue, out, tun, anchor_line)
+        each = f".select({o}, _i)"
+        call = _sgemm_line(
+            (tb, ta, n, m_rows, k), (_py(b_ref) + each, ldb, sb), (_py(a_ref) + each, lda, sa),
+            (product + each, n, sc), numel(shape[:-2]) // shape[o], _algo(tun),
+        )
+        return [f"for _i in range({shape[o]}):", f"    {call}"]
 
     def _library_epilogue(
         self, g: Group, tun: KernelTuning, bias: object, batch: int

@@ -24,6 +24,7 @@ __all__ = [
     "Ref",
     "contiguous_strides",
     "gemm_loop_dim",
+    "layout_without",
     "looped_batch_dim",
     "matrix_layout",
     "numel",
@@ -249,16 +250,19 @@ def looped_batch_dim(
         if batch[o] > GEMM_LOOP_MOST:
             continue
         if all(
-            tuple(shape[:-2]) == tuple(batch)
-            and matrix_layout(_without(shape, o), _without(strides, o)) is not None
+            tuple(shape[:-2]) == tuple(batch) and layout_without(shape, strides, o) is not None
             for shape, strides in operands
         ):
             return o
     return None
 
 
-def _without(values: tuple[int, ...], d: int) -> tuple[int, ...]:
-    return (*values[:d], *values[d + 1 :])
+def layout_without(
+    shape: tuple[int, ...], strides: tuple[int, ...], d: int
+) -> tuple[bool, int, int] | None:
+    """``matrix_layout`` of the operand with its batch dim ``d`` taken out (one call of a
+    looped product reads it so)."""
+    return matrix_layout((*shape[:d], *shape[d + 1 :]), (*strides[:d], *strides[d + 1 :]))
 
 
 def gemm_loop_dim(ir: ProgramIR, node: OpNode) -> int | None:

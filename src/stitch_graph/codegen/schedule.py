@@ -363,8 +363,11 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
             strides = ir.strides.get(ref)
             if len(shape) < 2 or strides is None:
                 return "unsupported", f"unsupported: {node.op} with a {len(shape)}-d operand"
-            looped = gemm_loop_dim(ir, node) is not None
-            if node.op != "linear" and matrix_layout(shape, strides) is None and not looped:
+            if (
+                node.op != "linear"
+                and matrix_layout(shape, strides) is None
+                and gemm_loop_dim(ir, node) is None
+            ):
                 return "unsupported", f"unsupported: {node.op} operand layout {strides}"
         if node.op == "linear" and not ir.is_contiguous(node.args.get("weight")):
             return "unsupported", "unsupported: linear with a strided weight"
