@@ -17,14 +17,13 @@ from __future__ import annotations
 from stitch_graph.codegen._capture_base import _copy_of, _rewire
 from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
-from stitch_graph.codegen.ops import INDEXED, LOADS_THROUGH_PROLOGUE, POINTWISE, lookup
+from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, READS_ELSEWHERE, lookup
 
 _CHEAP_FLOPS = 8.0  # per element: an exp, a divide, a lookup, not a GELU chain
 _MOST_READERS = 4
 _LONGEST_CHAIN = 4  # ops and views copied for one reader
 _WHOLE = frozenset({"cat", "stack", "setitem"})  # written in place or by slices: kept whole
 _COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
-_READ_ELSEWHERE = INDEXED - {"triu", "tril"}  # ops that read their operands at other elements
 
 
 def recompute_cheap_producers(ir: ProgramIR) -> None:
@@ -68,7 +67,7 @@ def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> li
         chain.append(member)
         if flops > _CHEAP_FLOPS or len(chain) > _LONGEST_CHAIN:
             return None
-        if member.op in _READ_ELSEWHERE:
+        if member.op in READS_ELSEWHERE:
             continue  # its operands stay in memory for every copy to read
         for ref in member.tensor_refs():
             if _stored(ir, ref):

@@ -11,9 +11,8 @@ the emitter and a plan's own grouping agree.
 from __future__ import annotations
 
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
-from stitch_graph.codegen.ops import INDEXED, lookup
+from stitch_graph.codegen.ops import INDEXED, READS_ELSEWHERE, lookup
 
-_ELSEWHERE = INDEXED - {"triu", "tril"}  # indexed ops reading operands at other positions
 _READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
 
 
@@ -100,7 +99,7 @@ def fold_shared_producers(
             readers = users.get(g.output, [])
             if g.anchor is not None or len(readers) < 2 or g.output in outputs:
                 continue
-            if any(r in through or ir.node(r).op in _ELSEWHERE for r in readers):
+            if any(r in through or ir.node(r).op in READS_ELSEWHERE for r in readers):
                 continue  # a reader at other positions needs it in memory
             if any(r not in group_of for r in readers):
                 continue

@@ -20,6 +20,7 @@ from typing import Any, Literal
 __all__ = [
     "INDEXED",
     "LOADS_THROUGH_PROLOGUE",
+    "READS_ELSEWHERE",
     "OpInfo",
     "OpKind",
     "REGISTRY",
@@ -134,6 +135,9 @@ INDEXED = frozenset(
     }
 )
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
+READS_ELSEWHERE = INDEXED - {"triu", "tril"}
+"""Indexed ops that read their operands at other positions than the output's (a triangle
+mask reads its operand in place), so those operands must be in memory."""
 LOADS_THROUGH_PROLOGUE: tuple[OpKind, ...] = ("reduction", "norm", "softmax", "pool", "scan")
 """Kinds whose kernel computes its input's pointwise producers on load (a fused prologue)."""
 
