@@ -39,6 +39,9 @@ def get_init_inputs():
 """
 TILES = "column tiles of 32 rows"
 L2 = "x / torch.sqrt((x * x).sum(dim=1, keepdim=True)).clamp_min(1e-12)"
+LAYER_NORM = (
+    "(x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + 1e-5)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +63,16 @@ CASES = {
     "by_variance": ("x / (x.var(1, keepdim=True) + 1)", (2, 66, 32), "8 warps"),
     # longer than 32 slots a thread: a loop not unrolled whole, rewritten from cache
     "long_row": (L2, (1, 1100, 32), "16 warps"),
+    # whole slots in fours: a channels-first layer norm's mean and variance, a log-softmax
+    "layer_norm": (LAYER_NORM, (2, 96, 32), "8 warps"),
+    "log_softmax": ("x - torch.logsumexp(x, 1, keepdim=True)", (2, 128, 32), "8 warps"),
+    # siblings of different values: a pair of sums, each of its own four
+    "mean_and_square": (
+        "(x - x.mean(1, keepdim=True)) * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)",
+        (2, 96, 32), "8 warps",
+    ),
 }
+FOURS = "acc.update4(v4, w);"
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -68,8 +80,20 @@ def test_column_tiles_match_pytorch(name: str, tmp_path: Path) -> None:
     body, shape, warps = CASES[name]
     task, program = _generate(body, shape)
     assert f"{TILES} x {warps}" in program.kernel_source
+    assert (FOURS in program.kernel_source) == (name in ("layer_norm", "log_softmax", "mean_and_square"))
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len(kernels.launched) == 1, kernels.launched
+
+
+@pytest.mark.parametrize(("block", "warps"), [(128, 4), (512, 16), (64, 2)])
+def test_the_tuners_block_sizes_set_the_warps(block: int, warps: int, tmp_path: Path) -> None:
+    """The column-reduction space's block sizes reach this kernel as its warps a tile; four
+    elements at a time wherever the slots come in fours (96 channels over 4 and 2 warps)."""
+    tuning = Tuning(default=KernelTuning(block_size=block))
+    task, program = _generate(LAYER_NORM, (2, 96, 32), tuning)
+    assert f"{TILES} x {warps} warps" in program.kernel_source
+    assert (FOURS in program.kernel_source) == (96 // warps % 4 == 0)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 @pytest.mark.parametrize(("shape", "tuning"), [

@@ -229,6 +229,11 @@ struct SgPair {
   __device__ __forceinline__ void update(float2 v, long long k) {
     a.update(v.x, k); b.update(v.y, k);
   }
+  // four elements at once, where both accumulators take four at once (order-free ones)
+  __device__ __forceinline__ void update4(const float2* v, long long k) {
+    const float x[4] = {v[0].x, v[1].x, v[2].x, v[3].x}, y[4] = {v[0].y, v[1].y, v[2].y, v[3].y};
+    a.update4(x, k); b.update4(y, k);
+  }
   __device__ __forceinline__ void combine(const SgPair& o) { a.combine(o.a); b.combine(o.b); }
   __device__ __forceinline__ SgPair shfl(int o) const {
     SgPair r; r.a = a.shfl(o); r.b = b.shfl(o); return r;
@@ -243,6 +248,11 @@ struct SgTriple {
   }
   __device__ __forceinline__ void update(float3 v, long long k) {
     a.update(v.x, k); b.update(v.y, k); c.update(v.z, k);
+  }
+  __device__ __forceinline__ void update4(const float3* v, long long k) {
+    const float x[4] = {v[0].x, v[1].x, v[2].x, v[3].x}, y[4] = {v[0].y, v[1].y, v[2].y, v[3].y};
+    const float z[4] = {v[0].z, v[1].z, v[2].z, v[3].z};
+    a.update4(x, k); b.update4(y, k); c.update4(z, k);
   }
   __device__ __forceinline__ void combine(const SgTriple& o) {
     a.combine(o.a); b.combine(o.b); c.combine(o.c);

@@ -104,6 +104,13 @@ def _reduced(op: str, args: dict[str, Any], a: str, length: int) -> str:
     }[op]
 
 
+def _takes_fours(acc: str) -> bool:
+    """Whether every accumulator of ``acc`` takes four elements at once, in any order
+    (``update4``: one Welford division, one log-sum-exp rescale per four)."""
+    parts = [p for p in re.findall(r"Sg\w+", acc) if p not in ("SgPair", "SgTriple")]
+    return all(p in ("SgSum", "SgWelford", "SgLse") for p in parts)
+
+
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
@@ -437,7 +444,7 @@ class _ReduceEmitter(_EmitterBase):
             and tun.unroll <= 1 and ops <= _ROW_REDUCE | {"var", "std"}
         ):
             # shorter rows stay a thread each: held in registers, as fast (H100, 64 channels)
-            return self._column_broadcast(red)
+            return self._column_broadcast(red, tun)
         block = tun.block_size
         if mode == "block":
             block = min(block, 1024)
@@ -489,7 +496,7 @@ class _ReduceEmitter(_EmitterBase):
         ]
         return self._add_kernel(src_lines, kernel, grid, block, args, out)
 
-    def _column_broadcast(self, red: _Reduction) -> list[str]:
+    def _column_broadcast(self, red: _Reduction, tun: KernelTuning) -> list[str]:
         """A strided-row reduction rewritten over its rows, a tile of 32 adjacent rows a block.
 
         A thread per row walks its whole row alone: 65536 rows of 512 channels made 256 blocks,
@@ -498,6 +505,8 @@ class _ReduceEmitter(_EmitterBase):
         ``w`` positions ``w + c * W``; ``sg_slice_reduce`` merges the warps' accumulators lane by
         lane, then the same threads rewrite their positions: from registers where the loop is
         unrolled whole (nvcc keeps the loads: 32 in the PTX, not 64), else from cache.
+        Accumulators that take elements in any order take them four at once (one Welford
+        division per four). A block size other than the default is the tuner's: that many warps.
         """
         g, kernel, rows, length, in_idx = red.g, red.kernel, red.rows, red.length, red.in_idx
         index, acc, load_value, finish = red.index, red.acc, red.load_value, red.finish
@@ -505,6 +514,8 @@ class _ReduceEmitter(_EmitterBase):
         node = ir.node(g.anchor or "")
         out = ir.node(g.output)
         warps = min(16, _pow2_at_least(max(_BROADCAST_WARPS, math.ceil(length / 32))))
+        if tun.block_size != KernelTuning().block_size:
+            warps = min(16, max(2, _pow2_at_most(tun.block_size // 32)))
         if length % warps and warps > 4 and length % (warps // 2) == 0:
             warps //= 2  # whole slots: a guarded last slot's loads are not kept in registers
         slots = math.ceil(length / warps)  # positions a thread
@@ -519,14 +530,30 @@ class _ReduceEmitter(_EmitterBase):
         row_lines, _ = finish(args, "acc", per_row, row_result, env)
         element = self.exprs(per_element, ir.shapes[node.args["input"]], "i", env, args)
         otype = _CTYPE.get(out.dtype, "float")
-        position = [f"const {index} k = w + ({index})c * {warps};", *guard,
+        def position(slot: str) -> list[str]:
+            step = f"({index}){slot}" if slot == "c" else f"({index})({slot})"
+            return [f"const {index} k = w + {step} * {warps};", *guard,
                     f"const {index} i = {in_idx};"]
 
         def walk(body: list[str]) -> list[str]:
             return [
                 f"    {unroll}",
                 f"    for (int c = 0; c < {slots}; ++c) {{",
-                *(f"      {line}" for line in [*position, *body]),
+                *(f"      {line}" for line in [*position("c"), *body]),
+                "    }",
+            ]
+
+        reduce = walk([*pre, f"acc.update({value}, k);"])
+        if slots % 4 == 0 and not guard and _takes_fours(red.acc):
+            reduce = [
+                f"    {unroll}",
+                f"    for (int c = 0; c < {slots}; c += 4) {{",
+                f"      {red.vtype} v4[4];",
+                "      #pragma unroll",
+                "      for (int j = 0; j < 4; ++j) {",
+                *(f"        {line}" for line in [*position("c + j"), *pre, f"v4[j] = {value};"]),
+                "      }",
+                "      acc.update4(v4, w);",
                 "    }",
             ]
 
@@ -541,7 +568,7 @@ class _ReduceEmitter(_EmitterBase):
             f"  for ({index} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{",
             f"    const {index} r = tile * 32 + (threadIdx.x & 31);",
             f"    {acc} acc = {acc}::init();",
-            *walk([*pre, f"acc.update({value}, k);"]),
+            *reduce,
             f"    acc = sg_slice_reduce<{warps}>(acc);",
             *(f"    {line}" for line in row_lines),
             *walk([*element, f"out[i] = {env[out.name]};"]),
