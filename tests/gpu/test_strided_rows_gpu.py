@@ -34,6 +34,14 @@ CASES = {
         {"unroll": 4},
         1.5,
     ),
+    # ConvNeXt's channels-first layer norm: mean and variance take their slots four at once
+    "channels_first_layer_norm": (
+        "u = x.mean(1, keepdim=True); s = (x - u).pow(2).mean(1, keepdim=True); "
+        "return (x - u) / torch.sqrt(s + 1e-6)",
+        (32, 96, 64, 64),
+        {"unroll": 4},
+        1.5,
+    ),
     "hand_written_layer_norm": (
         "m = x.mean(-1, keepdim=True); c = x - m; v = (c * c).mean(-1, keepdim=True); "
         "return c / torch.sqrt(v + 1e-5) * self.weight + self.bias",
