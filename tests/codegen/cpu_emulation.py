@@ -40,6 +40,9 @@ static inline float __uint_as_float(unsigned v) { float f; __builtin_memcpy(&f, 
 static inline unsigned __float_as_uint(float v) { unsigned u; __builtin_memcpy(&u, &v, 4); return u; }
 static inline float atomicAdd(float* p, float v) { const float old = *p; *p = old + v; return old; }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
+static inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
+  const unsigned old = *p; if (old == cmp) *p = v; return old;
+}
 #define __shared__ static
 using std::min;
 using std::max;

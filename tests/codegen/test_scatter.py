@@ -1,7 +1,8 @@
-"""Scatters: ``scatter_add``, ``index_add`` (repeated indices, ``alpha``) and ``scatter`` of a
-value or a tensor (float or bool), as a copy of the input and a thread per source element; each
-fully generated and matching PyTorch in the CPU emulation. A scatter's ``reduce`` argument and
-indices that are not int64 stay in PyTorch."""
+"""Scatters: ``scatter_add``, ``index_add`` (repeated indices, ``alpha``), ``scatter`` of a
+value or a tensor (float or bool) and ``scatter_reduce`` by sum, amax or amin, as a copy of the
+input and a thread per source element; each fully generated and matching PyTorch in the CPU
+emulation. A scatter's ``reduce`` argument, ``scatter_reduce``'s mean or ``include_self=False``
+and indices that are not int64 stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ EXPRS = [
     # a bool mask scattered, and a bool value
     "x.masked_fill((x > 0).scatter(1, y.argsort(dim=1), y > 0.5), 0.0)",
     f"x.masked_fill((x > 0).scatter(3, {_INDEX}, False), -1.0)",
+    # scatter_reduce: repeated indices meet by sum, amax and amin (a voxel's max of its points)
+    f"x.scatter_reduce(3, {_INDEX}, y, 'amax')"
+    f" + x.scatter_reduce(1, {_INDEX}.clamp(max=4)[:, :3], y, 'amin')",
+    f"torch.zeros_like(x).scatter_reduce(3, {_INDEX}, torch.relu(y), reduce='sum')",
 ]
 
 
@@ -55,8 +60,13 @@ def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    "expr", [f"x.scatter(3, {_INDEX}, y, reduce='add')", f"x.scatter_add(3, {_INDEX}.int(), y)"]
+    "expr", [
+        f"x.scatter(3, {_INDEX}, y, reduce='add')",
+        f"x.scatter_add(3, {_INDEX}.int(), y)",
+        f"x.scatter_reduce(3, {_INDEX}, y, 'mean')",
+        f"x.scatter_reduce(3, {_INDEX}, y, 'amax', include_self=False)",
+    ]
 )
 def test_a_scatter_it_cannot_reproduce_stays_in_pytorch(expr: str) -> None:
     _, program = generate_checked(_PROBLEM.format(expr=expr))
-    assert "scatter" in program.declared_torch_ops or "scatter_add" in program.declared_torch_ops
+    assert {"scatter", "scatter_add", "scatter_reduce"} & set(program.declared_torch_ops)

@@ -31,6 +31,21 @@ __device__ __forceinline__ float sg_sigmoid(float x) { return __fdividef(1.f, 1.
 // exp of a value shifted by its row's maximum (so at most 0), for softmax and logsumexp, from the
 // special-function unit as Triton's exp: the error stays near 1e-7 absolute
 __device__ __forceinline__ float sg_row_exp(float x) { return __expf(x); }
+// scatter_reduce's amax / amin: a compare-and-swap loop that stores v where it wins (a NaN
+// wins once and then stays)
+__device__ __forceinline__ void sg_atomic_pick(float* at, float v, bool larger) {
+  unsigned* p = reinterpret_cast<unsigned*>(at);
+  unsigned seen = *p, expected;
+  do {
+    expected = seen;
+    const float cur = __uint_as_float(expected);
+    const bool wins = (v != v && cur == cur) || (larger ? v > cur : v < cur);
+    if (!wins) return;
+    seen = atomicCAS(p, expected, __float_as_uint(v));
+  } while (seen != expected);
+}
+__device__ __forceinline__ void sg_atomic_max(float* at, float v) { sg_atomic_pick(at, v, true); }
+__device__ __forceinline__ void sg_atomic_min(float* at, float v) { sg_atomic_pick(at, v, false); }
 """
 """The activation helpers, apart so that the CPU emulation compiles the same text."""
 

@@ -1,6 +1,8 @@
-"""Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value or a tensor): the input
-copied into the output, then a thread per source element adding (``atomicAdd``) or storing into
-the position its index names along ``dim``.
+"""Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value or a tensor,
+``scatter_reduce`` by sum, amax or amin): the input copied into the output, then a thread per
+source element adding (``atomicAdd``), taking the larger or smaller (a compare-and-swap loop;
+a NaN, once written, stays) or storing into the position its index names
+along ``dim``.
 
 Float atomics add in whatever order threads arrive, as PyTorch's CUDA kernels do, so sums agree
 to rounding. Stores race where indices repeat, as PyTorch's do (its CUDA result is then one of
@@ -24,6 +26,14 @@ from stitch_graph.codegen._emit_base import (
 )
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel
 from stitch_graph.codegen.tuning import KernelTuning
+
+# how a source element meets its position: scatter_add and scatter_reduce's reductions
+_WRITES = {
+    "scatter_add": "atomicAdd(&out[o], v);",
+    "sum": "atomicAdd(&out[o], v);",
+    "amax": "sg_atomic_max(&out[o], v);",
+    "amin": "sg_atomic_min(&out[o], v);",
+}
 
 
 def _coords(idx: str, shape: tuple[int, ...]) -> list[str]:
@@ -93,11 +103,12 @@ class _ScatterEmitter(_EmitterBase):
                 value = "true" if src else "false"
             else:
                 value = _literal(float(src))
-            write = "atomicAdd(&out[o], v);" if node.op == "scatter_add" else "out[o] = v;"
+            write = _WRITES.get(node.args.get("reduce") if node.op == "scatter_reduce" else node.op,
+                                "out[o] = v;")
         count = numel(space)
         src_lines = [
             f"// {node.op} along dim {dim}: a thread per source element, "
-            + ("atomicAdd" if "atomicAdd" in write else "a store"),
+            + ("a store" if write == "out[o] = v;" else write.split("(")[0]),
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature([f'{ctype}* __restrict__ out'])}) {{",
             f"  for (long long e = (long long)blockIdx.x * {block} + threadIdx.x; e < {count}; "

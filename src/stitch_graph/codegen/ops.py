@@ -386,6 +386,7 @@ _op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices 
 # ---- scatters: the input copied, then a thread per source element writes where its index says
 _op("scatter_add", SCATTER, "input, dim, index, src", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
 _op("index_add", SCATTER, "input, dim, index, source, alpha=1", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
+_op("scatter_reduce", SCATTER, "input, dim, index, src, reduce, include_self=True", flops=1, note="sum, amax or amin into a copy of the input (include_self): atomicAdd or a compare-and-swap loop")  # noqa: E501
 _op("scatter", SCATTER, "input, dim, index, src=None, value=None, reduce=None", flops=0, note="stores into a copy of the input (float32 or bool); where indices repeat with unequal values the winner is unspecified, as in PyTorch")  # noqa: E501
 # ---- views: host-side, no kernel --------------------------------------------------------------
 _op("view", VIEW, "input, *shape", flops=0, aliases=("reshape",))

@@ -294,6 +294,9 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return "unsupported", f"unsupported: {node.op} ({type(error).__name__}: {error})"
 
 
+_SCATTER_REDUCE = ("sum", "amax", "amin")  # scatter_reduce's reductions that are generated
+
+
 def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     """Why a scatter stays in PyTorch ("" when it is generated)."""
     a = node.args
@@ -316,6 +319,11 @@ def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     src = a.get("src") if a.get("src") is not None else a.get("value")
     if node.op == "scatter" and a.get("reduce") is not None:
         return "a reduce argument"
+    if node.op == "scatter_reduce" and (
+        a.get("reduce") not in _SCATTER_REDUCE or a.get("include_self") is not True
+        or not isinstance(src, Ref)
+    ):
+        return "reduce must be sum, amax or amin, with include_self and a tensor src"
     if isinstance(src, Ref) and (
         ir.dtypes.get(src) != node.dtype
         or len(ir.shapes[src]) != len(space)
