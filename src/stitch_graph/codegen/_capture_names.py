@@ -357,13 +357,13 @@ def _variant(
         return "norm_p", bound, attrs
     if op in ("softmax", "log_softmax") and bound.get("dim") is None:
         return f"{op}_implicit_dim", bound, attrs
-    if op in ("to", "type_as", "type", "float", "long", "bool") and call_args and isinstance(
+    if op in ("to", "type_as", "type", "float", "long", "int", "bool") and call_args and isinstance(
         call_args[0], Ref
     ):
         target = str(fx_node.meta["sg_value"].dtype).removeprefix("torch.")
         if ir.dtypes.get(call_args[0]) == target:
             return "identity_of", {"input": call_args[0]}, attrs
-        cast = {"float32": "float", "int64": "long", "bool": "bool"}.get(target)
+        cast = {"float32": "float", "int64": "long", "int32": "int", "bool": "bool"}.get(target)
         if cast is not None:  # a mask made a float (or a float an index) for arithmetic
             return cast, {"input": call_args[0]}, attrs
     if info is not None and info.kind == "identity":

@@ -23,8 +23,10 @@ from stitch_graph.codegen.ops import INDEXED, lookup
 from stitch_graph.codegen.schedule import index_position
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
-_CTYPE = {"float32": "float", "bool": "bool", "int64": "long long"}
-_TORCH_DTYPE = {"float32": "torch.float32", "bool": "torch.bool", "int64": "torch.int64"}
+_CTYPE = {"float32": "float", "bool": "bool", "int64": "long long", "int32": "int"}
+_TORCH_DTYPE = {
+    "float32": "torch.float32", "bool": "torch.bool", "int64": "torch.int64", "int32": "torch.int32",
+}
 _MAX_GRID = 132 * 32
 _SMS = 132
 

@@ -265,6 +265,7 @@ _op("new_empty", POINTWISE, "input, size", "0", flops=0, note="any values will d
 _op("fill", POINTWISE, "input, value", "{value}", flops=0, note="x.fill_(v): every element v")
 _op("full_like", POINTWISE, "input, fill_value, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None", "{fill_value}", flops=0)  # noqa: E501
 _op("float", POINTWISE, "input", "(float)({input})", flops=0)
+_op("int", POINTWISE, "input", "(int)({input})", flops=0, note="float to int32 truncates toward zero, as .int()")  # noqa: E501
 _op("bool", POINTWISE, "input", "({input} != 0)", flops=0, note="nonzero (NaN too) is true, as .bool()")  # noqa: E501
 # ---- pointwise, binary and ternary -----------------------------------------------------------
 _op("add", POINTWISE, "input, other, alpha=1", "({input} + {alpha} * {other})")

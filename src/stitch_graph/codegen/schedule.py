@@ -60,7 +60,8 @@ __all__ = [
     "schedule_program",
 ]
 
-_DTYPES = {"float32", "bool", "int64"}
+_DTYPES = {"float32", "bool", "int64", "int32"}
+_INTEGERS = ("bool", "int64", "int32")  # what an int64 sum (a count) may add up
 _ITEM_KIND = {
     "pointwise": "pointwise",
     "reduction": "reduction",
@@ -143,11 +144,23 @@ _GATHERED_REDUCE = frozenset(
 )
 
 
+def _zeros_and_ones(ir: ProgramIR, ref: Ref) -> bool:
+    """Whether ``ref`` is a bool tensor or an integer cast of one."""
+    if ir.dtypes.get(ref) == "bool":
+        return True
+    node = ir.node(ref.name) if ref.kind == "node" else None
+    operand = node.args.get("input") if node is not None and node.op in ("int", "long") else None
+    return isinstance(operand, Ref) and ir.dtypes.get(operand) == "bool"
+
+
 def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     src = node.args.get("input")
     # a count of a mask, an integer sum: int64 accumulators (``SgSumI``)
-    counts = node.op == "sum" and node.dtype == "int64" and ir.dtypes.get(src) in ("bool", "int64")
-    if not isinstance(src, Ref) or (ir.dtypes.get(src) != "float32" and not counts):
+    counts = node.op == "sum" and node.dtype == "int64" and ir.dtypes.get(src) in _INTEGERS
+    # the first or last set position of a mask (``mask.int().argmax(-1)``): 0 and 1 are exact in
+    # the float accumulator
+    flags = node.op in ("argmax", "argmin") and isinstance(src, Ref) and _zeros_and_ones(ir, src)
+    if not isinstance(src, Ref) or (ir.dtypes.get(src) != "float32" and not counts and not flags):
         return "needs a float32 tensor input"
     shape = ir.shapes[src]
     if node.op in ("softmax", "log_softmax"):
