@@ -33,6 +33,7 @@ from stitch_graph.codegen._capture_base import (
     _subst,
     _to_meta,
 )
+from stitch_graph.codegen._capture_broadcast_products import sum_broadcast_products_as_matmuls
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
@@ -265,7 +266,8 @@ def _lower(
     _drop_unit_reductions(ir)
     _eliminate_dead(ir)
     rewrites = (
-        interleave_stacks, sum_products_first, scale_operands_of_products, compute_through_views
+        sum_broadcast_products_as_matmuls, interleave_stacks, sum_products_first,
+        scale_operands_of_products, compute_through_views,
     )
     for rewrite in rewrites:
         _optional(rewrite, ir)
