@@ -22,29 +22,34 @@ from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, READS_EL
 _CHEAP_FLOPS = 8.0  # per element: an exp, a divide, a lookup, not a GELU chain
 _MOST_READERS = 4
 _LONGEST_CHAIN = 4  # ops and views copied for one reader
+_MOST_TRIALS = 24  # values weighed, a schedule and an estimate each
 _WHOLE = frozenset({"cat", "stack", "setitem"})  # written in place or by slices: kept whole
 _COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
 
 
 def recompute_cheap_producers(ir: ProgramIR) -> None:
     """Give each reader kernel its own copy of a cheap pointwise value of stored tensors, where
-    that lowers the estimated device time."""
-    trial = trial_copy(ir)
-    users = trial.users()
-    copies = 0
-    for node in list(trial.nodes):
-        readers = [u for u in users[node.name] if u != "output"]
-        if not 2 <= len(readers) <= _MOST_READERS:
+    that lowers the estimated device time: each value weighed alone (copies of one value may
+    pay where another's do not), the first ``_MOST_TRIALS`` of them."""
+    best = device_us(ir)
+    trials = 0
+    for name in [n.name for n in ir.nodes]:
+        users = ir.users()
+        readers = [u for u in users[name] if u != "output"]
+        if trials >= _MOST_TRIALS or not 2 <= len(readers) <= _MOST_READERS:
             continue
-        chain = _cheap_chain(trial, node, users)
-        if chain is None or not all(_computes_on_load(trial.node(r)) for r in readers):
+        chain = _cheap_chain(ir, ir.node(name), users)
+        if chain is None or not all(_computes_on_load(ir.node(r)) for r in readers):
             continue
+        trial = trial_copy(ir)
+        members = [trial.node(member.name) for member in chain]
         for k, reader in enumerate(readers[1:], start=1):
-            _give_copy(trial, chain, trial.node(reader), k)
-            copies += 1
-        users = trial.users()
-    if copies and device_us(trial) < device_us(ir):
-        adopt(ir, trial)
+            _give_copy(trial, members, trial.node(reader), k)
+        trials += 1
+        time = device_us(trial)
+        if time < best:
+            adopt(ir, trial)
+            best = time
 
 
 def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> list[OpNode] | None:

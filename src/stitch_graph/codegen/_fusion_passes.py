@@ -81,12 +81,22 @@ def read_through(ir: ProgramIR, groups: list[Group]) -> dict[str, str]:
     return through
 
 
+def _epilogue_takes(ir: ProgramIR, into: Group, shape: tuple[int, ...]) -> bool:
+    """Whether ``into``'s epilogue computes values of ``shape`` at its own elements: a
+    pointwise kernel's, or a reduction's per row (a loss's per-item terms beside the sum over
+    their last dim, as an IoU beside a smooth-L1)."""
+    if into.anchor is None:
+        return True
+    return into.kind == "reduction" and tuple(ir.node(into.anchor).shape) == tuple(shape)
+
+
 def fold_shared_producers(
     ir: ProgramIR, groups: list[Group], group_of: dict[str, Group], users: dict[str, list[str]]
 ) -> None:
     """Move a pointwise kernel whose result several ops read into the one kernel they all ended
     up in, where they read it at their own elements: ``p = sigmoid(x)`` read by ``p * t`` and
-    ``1 - p`` in a loss's reduction is then computed on load, not written and read back.
+    ``1 - p`` in a loss's reduction is then computed on load, not written and read back; read
+    in a reduction's epilogue, it is computed there, per row.
 
     Grouping fuses a producer only into its single reader, as it meets them; this runs once
     every group is formed, when the readers' final kernel is known."""
@@ -111,7 +121,7 @@ def fold_shared_producers(
                 continue  # a reader at other positions (a broadcast) would recompute it
             if all(r in into.prologue for r in readers):
                 into.prologue.extend(g.members)
-            elif into.anchor is None and all(r in into.epilogue for r in readers):
+            elif _epilogue_takes(ir, into, shape) and all(r in into.epilogue for r in readers):
                 into.epilogue.extend(g.members)
             else:
                 continue
