@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked, planned_kernels
 
 _PROBLEM = """
 import torch
@@ -70,3 +70,19 @@ def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path)
 def test_a_scatter_it_cannot_reproduce_stays_in_pytorch(expr: str) -> None:
     _, program = generate_checked(_PROBLEM.format(expr=expr))
     assert {"scatter", "scatter_add", "scatter_reduce"} & set(program.declared_torch_ops)
+
+
+@pytest.mark.parametrize(("expr", "kernels"), [
+    (f"torch.zeros_like(x).scatter_add(3, {_INDEX}, torch.relu(y) * 2)", 2),  # and the index's
+    ("torch.zeros_like(x).index_add(0, torch.tensor([2, 0, 2]), torch.sigmoid(y[:3]) * 3)", 1),
+])
+def test_the_scatter_computes_its_zeros_and_its_source(
+    expr: str, kernels: int, tmp_path: Path
+) -> None:
+    """The zeros a scatter starts from are written by the kernel that would copy them, and a
+    source computed element by element (messages gathered and weighted) by the scattering
+    kernel, instead of each by a kernel of its own and read back."""
+    source = _PROBLEM.format(expr=expr)
+    task, program = generate_checked(source)
+    assert planned_kernels(source) == kernels
+    check_on_cpu(task, program, tmp_path, cooperative=True)

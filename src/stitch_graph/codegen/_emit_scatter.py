@@ -1,5 +1,6 @@
 """Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value or a tensor,
-``scatter_reduce`` by sum, amax or amin): the input copied into the output, then a thread per
+``scatter_reduce`` by sum, amax or amin): the input copied into the output (or computed
+there: the zeros a scatter usually starts from), then a thread per
 source element adding (``atomicAdd``), taking the larger or smaller (a compare-and-swap loop;
 a NaN, once written, stays) or storing into the position its index names
 along ``dim``.
@@ -14,6 +15,7 @@ nothing (PyTorch raises). ``_ScatterEmitter`` is a mixin of ``emit._Emitter``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from stitch_graph.codegen._emit_base import (
     _CTYPE,
@@ -51,6 +53,18 @@ def _at(strides: tuple[int, ...], coords: list[str]) -> str:
     return " + ".join(f"{c} * {s}" for c, s in zip(coords, strides, strict=True)) or "0"
 
 
+def _feeding(ir: Any, members: list[str], ref: Ref) -> list[str]:
+    """The members ``ref`` is computed from, itself included, in their order."""
+    wanted: set[str] = set()
+    pending = [ref]
+    while pending:
+        r = pending.pop()
+        if r.kind == "node" and r.name in members and r.name not in wanted:
+            wanted.add(r.name)
+            pending.extend(ir.node(r.name).tensor_refs())
+    return [m for m in members if m in wanted]
+
+
 class _ScatterEmitter(_EmitterBase):
     """The copy and scatter kernels of a ``scatter`` group."""
 
@@ -67,28 +81,40 @@ class _ScatterEmitter(_EmitterBase):
         ctype = _CTYPE[node.dtype]
         total = numel(shape)
         copy_args = _Args(ir)
-        loaded = copy_args.load(x, shape, "i")
+        env: dict[str, str] = {}
+        pre = self.exprs(_feeding(ir, g.prologue, x), shape, "i", env, copy_args)
+        loaded = self.value_of(x, shape, "i", env, copy_args)
         copy = [
             f"// {node.op}: the input copied into the output first",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_copy('
             f"{copy_args.signature([f'{ctype}* __restrict__ out'])}) {{",
             f"  for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; i < {total}; "
             f"i += (long long)gridDim.x * {block}) {{",
+            *(f"    {line}" for line in pre),
             f"    out[i] = {loaded};",
             "  }",
             "}",
         ]
         args = _Args(ir)
         index_name = args.param(index)
+        source = node.args.get("source" if node.op == "index_add" else "src")
+        computed: dict[str, str] = {}  # the source's producers, computed at each element
+        source_lines = []
+        if isinstance(source, Ref) and source.name in g.prologue:
+            source_lines = self.exprs(
+                _feeding(ir, g.prologue, source), ir.shapes[source], "e", computed, args
+            )
         out_strides = contiguous_strides(shape)
         if node.op == "index_add":
-            source: Ref = node.args["source"]
             space = ir.shapes[source]
             coords = [f"c{d}" for d in range(len(space))]
             target = ["j" if d == dim else c for d, c in enumerate(coords)]
             j = f"{index_name}[c{dim} * {ir.strides[index][0]}]"
             alpha = float(node.args.get("alpha", 1))
-            value = f"{args.param(source)}[{_at(ir.strides[source], coords)}]"
+            if source.name in g.prologue:
+                value = self.value_of(source, space, "e", computed, args)
+            else:
+                value = f"{args.param(source)}[{_at(ir.strides[source], coords)}]"
             value = value if alpha == 1 else f"{_literal(alpha)} * {value}"
             write = "atomicAdd(&out[o], v);"
         else:
@@ -97,7 +123,9 @@ class _ScatterEmitter(_EmitterBase):
             target = ["j" if d == dim else c for d, c in enumerate(coords)]
             j = f"{index_name}[{_at(ir.strides[index], coords)}]"
             src = node.args["src"] if node.args.get("src") is not None else node.args["value"]
-            if isinstance(src, Ref):
+            if isinstance(src, Ref) and src.name in g.prologue:
+                value = self.value_of(src, space, "e", computed, args)
+            elif isinstance(src, Ref):
                 value = f"{args.param(src)}[{_at(ir.strides[src], coords)}]"
             elif node.dtype == "bool":
                 value = "true" if src else "false"
@@ -117,6 +145,7 @@ class _ScatterEmitter(_EmitterBase):
             f"    const long long j = {j};",
             f"    if (j < 0 || j >= {shape[dim]}) continue;",
             f"    const long long o = {_at(out_strides, target)};",
+            *(f"    {line}" for line in source_lines),
             f"    const {ctype} v = {value};",
             f"    {write}",
             "  }",

@@ -310,6 +310,23 @@ def node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
 _SCATTER_REDUCE = ("sum", "amax", "amin")  # scatter_reduce's reductions that are generated
 
 
+def _scatter_operands(ir: ProgramIR, node: OpNode) -> list[Ref]:
+    """A scatter's input, and its source where each source element is read at its own position
+    (a fresh tensor of the index's shape, or ``index_add``'s source): the operands whose
+    pointwise producers its kernels can compute."""
+    x = node.args.get("input")
+    refs = [x] if isinstance(x, Ref) and x.kind == "node" else []
+    name = "source" if node.op == "index_add" else "src"
+    src, index = node.args.get(name), node.args.get("index")
+    if (
+        isinstance(src, Ref) and src.kind == "node" and src != x and isinstance(index, Ref)
+        and (name == "source" or tuple(ir.shapes[src]) == tuple(ir.shapes[index]))
+        and ir.is_contiguous(src)
+    ):
+        refs.append(src)
+    return refs
+
+
 def _scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     """Why a scatter stays in PyTorch ("" when it is generated)."""
     a = node.args
@@ -635,7 +652,14 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
         group = new_group(kind, node.name, node.name)
         group_of[node.name] = group
         src = node.args.get("input")
-        if kind in LOADS_THROUGH_PROLOGUE and isinstance(src, Ref) and src.kind == "node":
+        if kind == "scatter":
+            # the kernel that copies the input computes it (the zeros a scatter starts from),
+            # the scattering kernel its source elements (messages gathered and weighted)
+            for ref in _scatter_operands(ir, node):
+                g = group_of.get(ref.name)
+                if g in groups and g.anchor is None and users[ref.name] == [node.name]:
+                    absorb(group, g, as_prologue=True)
+        elif kind in LOADS_THROUGH_PROLOGUE and isinstance(src, Ref) and src.kind == "node":
             g = group_of.get(src.name)
             if (
                 g is not None
