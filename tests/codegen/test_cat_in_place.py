@@ -1,7 +1,8 @@
-"""A concatenation whose operands are all stored by generated pointwise kernels is written in
-place: each kernel stores into its slice of the result, and no cat kernel reads them back.
-Checked in the CPU emulation against PyTorch, with float4 slices, odd ones, and the cases that
-must keep the cat kernel."""
+"""A concatenation whose operands are stored by generated pointwise kernels is written in
+place: each kernel stores into its slice of the result, and no cat kernel reads them back; the
+other operands (inputs, views, values read elsewhere, a library's own output) are copied into
+their slices by one kernel. Checked in the CPU emulation against PyTorch, with float4 slices,
+odd ones, and the cases that must keep the cat kernel."""
 
 from __future__ import annotations
 
@@ -52,10 +53,31 @@ def test_operands_store_into_the_concatenation(case: str, tmp_path: Path) -> Non
     assert not any("cat" in name for name in kernels.launched)
 
 
-KEPT = {
-    "operand_read_twice": ("torch.cat((torch.relu(x), y * 2), dim=1) + torch.relu(x).sum()", "2, 4, 8", "2, 4, 8"),
+PARTLY = {
+    # chains of two ops or more: a single op is computed by the cat kernel as it reads
     "library_writes_its_own": ("torch.cat((x @ self.w, torch.relu(y)), dim=1)", "5, 16", "5, 3"),
-    "an_input_as_operand": ("torch.cat((x, torch.relu(y)), dim=0)", "4, 6", "2, 6"),
+    "an_input_as_operand": ("torch.cat((x, torch.relu(y) * 2), dim=0)", "4, 6", "2, 6"),
+    "a_view_of_an_input": ("torch.cat((torch.tanh(x[..., :3]) * 2, x[..., 3:]), dim=-1)", "4, 5, 7", "1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARTLY))
+def test_the_other_operands_are_copied_into_their_slices(case: str, tmp_path: Path) -> None:
+    """An input, a view of one (a partial rotary embedding's pass-through half), a value read
+    elsewhere too or a library's own output: one kernel copies those into their slices, and
+    the computed operand's kernel stores into its own."""
+    expr, x, y = PARTLY[case]
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x=x, y=y))
+    assert "written in place by its operands' kernels" in program.host_source
+    assert "copied into their slices" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+KEPT = {
+    # the concatenation read by a pointwise op: one kernel computes both
+    "operand_read_twice": ("torch.cat((torch.relu(x), y * 2 + 1), dim=1) + torch.relu(x).sum()", "2, 4, 8", "2, 4, 8"),
+    "all_inputs": ("torch.cat((x, y), dim=1)", "2, 4, 8", "2, 4, 8"),
+    "the_library_writes_every_operand": ("torch.cat((x @ self.w, y @ self.w), dim=1)", "5, 16", "5, 16"),
 }
 
 

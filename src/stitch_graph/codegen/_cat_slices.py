@@ -2,11 +2,13 @@
 
 Emitted as its own kernel, ``torch.cat`` reads every operand back and writes it again: a full
 pass over the result (SqueezeNet's fire module took 9.7 ms with it and 7.4 ms without, on an
-H200). When every operand is the output of a generated kernel that nothing else reads and that
-stores each element at its own index (pointwise kernels: a convolution's or GEMM's bias and
-epilogue, a pool, a fused chain; scans), the result is allocated once and those kernels write
-into it; the concatenation emits nothing. An operand whose kernel stores otherwise (a library
-call writing its own output, a reduction) leaves its concatenation to the ordinary kernel:
+H200). Operands that are outputs of generated kernels nothing else reads, and that store each
+element at its own index (pointwise kernels: a convolution's or GEMM's bias and epilogue, a
+pool, a fused chain; scans), are stored by those kernels into the result, allocated once. The
+other operands (inputs and views of them, as the pass-through half of a partial rotary
+embedding; values read elsewhere too) are copied into their slices by one kernel; with none,
+the concatenation emits nothing. An operand whose kernel stores otherwise (a library call
+writing its own output, a reduction) leaves its concatenation to the ordinary kernel:
 ``emit_candidate`` emits again without it.
 
 Reductions of the same rows whose results are concatenated (CBAM's channel mean and max) are
@@ -62,33 +64,51 @@ def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str
         dim = node.args.get("dim", 0)
         if not isinstance(tensors, list | tuple) or not isinstance(dim, int):
             continue
-        names = [t.name for t in tensors if isinstance(t, Ref) and t.kind == "node"]
-        if (
-            len(names) != len(tensors)
-            or len(set(names)) != len(names)
-            or any(users.get(n) != [node.name] or n not in produced for n in names)
-            or any(ir.node(n).dtype != "float32" for n in names)
-            or node.dtype != "float32"
+        if node.dtype != "float32" or any(
+            not isinstance(t, Ref) or ir.dtypes.get(t) != "float32" for t in tensors
         ):
             continue
-        found[node.name] = names
+        names = [t.name for t in tensors if t.kind == "node"]
+        computed = [
+            n for n in names
+            if names.count(n) == 1 and users.get(n) == [node.name] and n in produced
+        ]
+        if computed:
+            found[node.name] = computed
     return found
 
 
-def slices_of(ir: ProgramIR, cat: str, operands: list[str]) -> dict[str, CatSlice]:
-    """Each operand's ``CatSlice`` in the result of ``cat``."""
+def _operand_slices(ir: ProgramIR, cat: str) -> list[tuple[Ref, CatSlice]]:
+    """Every operand of ``cat`` in order, with its slice of the result."""
     node = ir.node(cat)
     shape = tuple(node.shape)
     dim = int(node.args.get("dim", 0)) % max(len(shape), 1)
     inner = numel(shape[dim + 1 :])
     stride = shape[dim] * inner
-    out: dict[str, CatSlice] = {}
+    out: list[tuple[Ref, CatSlice]] = []
     start = 0
-    for name in operands:
-        run = ir.node(name).shape[dim] * inner
-        out[name] = CatSlice(cat, run, stride, start, numel(shape))
+    for ref in node.args["tensors"]:
+        run = ir.shapes[ref][dim] * inner
+        out.append((ref, CatSlice(cat, run, stride, start, numel(shape))))
         start += run
     return out
+
+
+def slices_of(ir: ProgramIR, cat: str, operands: list[str]) -> dict[str, CatSlice]:
+    """Each named operand's ``CatSlice`` in the result of ``cat``."""
+    return {
+        ref.name: where for ref, where in _operand_slices(ir, cat)
+        if ref.kind == "node" and ref.name in operands
+    }
+
+
+def copied_slices(ir: ProgramIR, cat: str, computed: list[str]) -> list[tuple[Ref, CatSlice]]:
+    """The operands of ``cat`` that no kernel of theirs stores in place (inputs, views of
+    them, values read elsewhere too), with their slices: a copy kernel writes those."""
+    return [
+        (ref, where) for ref, where in _operand_slices(ir, cat)
+        if not (ref.kind == "node" and ref.name in computed)
+    ]
 
 
 def concatenated(ir: ProgramIR, g: Group, out: OpNode) -> list[tuple[str, CatSlice]]:

@@ -686,6 +686,36 @@ class _EmitterBase:
         aligned = [*(_py(r) for r in vargs.vec_refs), target]
         return [*alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
 
+    def copy_into_slices(
+        self, kernel: str, copied: list[tuple[Ref, CatSlice]], tun: KernelTuning
+    ) -> list[str]:
+        """One kernel that copies each operand of a concatenation written in place which no
+        kernel of its own stores (an input, a view of one) into its slice; its launch line."""
+        args = _Args(self.ir)
+        block = min(tun.block_size, 1024)
+        longest = max(numel(self.ir.shapes[ref]) for ref, _ in copied)
+        index = "long long" if copied[0][1].total >= 2**31 else "int"
+        loops: list[str] = []
+        for ref, where in copied:
+            n = numel(self.ir.shapes[ref])
+            value = args.load(ref, tuple(self.ir.shapes[ref]), "i")
+            loops += [
+                f"  for ({index} i = ({index})blockIdx.x * {block} + threadIdx.x; i < {n}; "
+                f"i += ({index})gridDim.x * {block}) {{",
+                f"    out[{where.element('i')}] = {value};",
+                "  }",
+            ]
+        self.kernels.append("\n".join([
+            "// cat: the operands no kernel of theirs stores, copied into their slices",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature(['float* __restrict__ out'])}) {{",
+            *loops,
+            "}",
+        ]))
+        grid = max(1, min(math.ceil(longest / block), _MAX_GRID))
+        py_args = ", ".join([*(_py(r) for r in args.refs), copied[0][1].buffer])
+        return [f"KERNELS.{kernel}({grid}, {block}, {py_args})"]
+
     def _add_kernel(
         self, src_lines: list[str], kernel: str, grid: int, block: int, args: _Args, out: OpNode
     ) -> list[str]:

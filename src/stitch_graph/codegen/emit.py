@@ -41,7 +41,7 @@ import torch
 
 from stitch_graph.artifacts import Candidate, Plan
 from stitch_graph.codegen._capture_guards import GUARD_OP
-from stitch_graph.codegen._cat_slices import cat_slices, slices_of
+from stitch_graph.codegen._cat_slices import cat_slices, copied_slices, slices_of
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.codegen._emit_base import EmitError, _py
 from stitch_graph.codegen._emit_conv import _ConvEmitter
@@ -276,7 +276,13 @@ def _emit_groups(
         if group.id not in wanted:
             continue
         if group.output in cats:
-            launch_at[group.output] = [f"# {group.id}: written in place by its operands' kernels"]
+            copied = copied_slices(ir, group.output, cats[group.output])
+            lines = [f"# {group.id}: written in place by its operands' kernels"]
+            if copied:
+                kernel = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in
+                                 kernels_by_id[group.id])
+                lines += emitter.copy_into_slices(kernel, copied, tuning.for_item(group.id))
+            launch_at[group.output] = lines
             covered.update(group.members)
             continue
         tun = tuning.for_item(group.id)
@@ -331,8 +337,10 @@ def emit_candidate(
     wanted = {g.id for g in groups if through is None or status[g.id] == "done" or g.id == through}
     cats = cat_slices(ir, groups, wanted)
     emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, cats)
-    # a concatenation with an operand no generated kernel stored: its own kernel after all
-    kept = {c: ops for c, ops in cats.items() if set(ops) <= emitter.written_in_place}
+    # an operand whose kernel did not store in place (a library writing its own output) is
+    # copied with the inputs; a concatenation none of whose kernels did: its own kernel
+    done = emitter.written_in_place
+    kept = {c: [o for o in ops if o in done] for c, ops in cats.items() if set(ops) & done}
     if kept != cats:
         emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, kept)
     body: list[str] = []
