@@ -103,6 +103,19 @@ def _rewire(node: OpNode, swap: dict[Ref, Ref]) -> None:
         setattr(node, table, _with_operands(getattr(node, table), swap))
 
 
+def _replace_by_built(ir: ProgramIR, node: OpNode, before: int, value: Ref) -> None:
+    """The nodes a builder appended since the program had ``before`` nodes take ``node``'s
+    place, and whatever read ``node`` (its readers, the outputs) reads ``value``."""
+    at = ir.nodes.index(node)
+    added = ir.nodes[before:]
+    del ir.nodes[before:]
+    ir.nodes[at : at + 1] = added
+    old = Ref("node", node.name)
+    for reader in ir.nodes:
+        _rewire(reader, {old: value})
+    ir.outputs = [value if ref == old else ref for ref in ir.outputs]
+
+
 def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...], dtype: str) -> None:
     """Record a new contiguous value's layout."""
     ir.shapes[ref], ir.strides[ref], ir.dtypes[ref] = shape, contiguous_strides(shape), dtype

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from stitch_graph.codegen._capture_base import _rewire
+from stitch_graph.codegen._capture_base import _replace_by_built
 from stitch_graph.codegen._capture_builder import Metas, _Builder
 from stitch_graph.codegen._capture_einsum import lower_einsum
 from stitch_graph.codegen._capture_passes import _eliminate_dead
@@ -81,7 +81,6 @@ def _rewrite(ir: ProgramIR, total: OpNode, a: Ref, b: Ref, equation: str, length
     """``total`` becomes the einsum of the operands (their size-1 dims dropped by a view),
     divided by the summed length for a mean, viewed to ``total``'s shape; False (nothing
     changed) where the einsum cannot be built."""
-    at = ir.nodes.index(total)
     before = len(ir.nodes)
     build = _Builder(ir, Metas(ir), f"{total.name}_contracted")
 
@@ -99,12 +98,6 @@ def _rewrite(ir: ProgramIR, total: OpNode, a: Ref, b: Ref, equation: str, length
         value = build("div", torch.div, value, length)
     if tuple(ir.shapes[value]) != tuple(total.shape):
         value = build("view", "reshape", value, list(total.shape))
-    added = ir.nodes[before:]
-    del ir.nodes[before:]
-    ir.nodes[at : at + 1] = added
-    old = Ref("node", total.name)
-    for node in ir.nodes:
-        _rewire(node, {old: value})
-    ir.outputs = [value if ref == old else ref for ref in ir.outputs]
+    _replace_by_built(ir, total, before, value)
     return True
 

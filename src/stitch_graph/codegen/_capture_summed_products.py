@@ -15,7 +15,7 @@ from numbers import Number
 
 import torch
 
-from stitch_graph.codegen._capture_base import _rewire
+from stitch_graph.codegen._capture_base import _replace_by_built
 from stitch_graph.codegen._capture_builder import Metas, _Builder
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, numel
@@ -116,7 +116,6 @@ def _transposed(ir: ProgramIR, ref: Ref) -> Ref | None:
 def _rewrite(ir: ProgramIR, total: OpNode, product: OpNode, chain: list[OpNode]) -> None:
     """``total`` becomes the input times the summed weight (plus the summed bias), scaled as
     the chain scaled the product; the product and the chain are then read by nothing."""
-    at = ir.nodes.index(total)
     before = len(ir.nodes)
     b = _Builder(ir, Metas(ir), f"{total.name}_summed")
     x: Ref = product.args["input"]
@@ -137,10 +136,4 @@ def _rewrite(ir: ProgramIR, total: OpNode, product: OpNode, chain: list[OpNode])
         value = b(step.op, _SCALINGS[step.op], value, number)
     if not total.args.get("keepdim"):
         value = b("view", "view", value, *total.shape)
-    added = ir.nodes[before:]
-    del ir.nodes[before:]
-    ir.nodes[at : at + 1] = added
-    old = Ref("node", total.name)
-    for node in ir.nodes:
-        _rewire(node, {old: value})
-    ir.outputs = [value if ref == old else ref for ref in ir.outputs]
+    _replace_by_built(ir, total, before, value)
