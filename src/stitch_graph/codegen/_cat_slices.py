@@ -8,8 +8,9 @@ pool, a fused chain; scans), are stored by those kernels into the result, alloca
 other operands (inputs and views of them, as the pass-through half of a partial rotary
 embedding; values read elsewhere too) are copied into their slices by one kernel; with none,
 the concatenation emits nothing. An operand whose kernel stores otherwise (a library call
-writing its own output, a reduction) leaves its concatenation to the ordinary kernel:
-``emit_candidate`` emits again without it.
+writing its own output, a reduction) is copied with them: ``emit_candidate`` emits again with
+it among the copied; where no operand's kernel stored in place, the concatenation keeps its
+own kernel.
 
 Reductions of the same rows whose results are concatenated (CBAM's channel mean and max) are
 siblings of one pass instead: its kernel stores each result into its slice (``concatenated``).
@@ -50,9 +51,10 @@ class CatSlice:
 
 
 def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str, list[str]]:
-    """Concatenations that can be written in place: the concatenation's node name -> its
-    operands' names. Each is a group of that one node whose operands are distinct float32
-    outputs of other wanted groups, read by it alone."""
+    """Concatenations that can be written in place: the concatenation's node name -> the
+    operands whose kernels may store into it (outputs of other wanted groups, read by it
+    alone, each once). Each is a group of that one node over float32 operands, one such
+    operand at least; ``copied_slices`` names the rest."""
     users = ir.users()
     produced = {g.output for g in groups if g.id in wanted}
     found: dict[str, list[str]] = {}

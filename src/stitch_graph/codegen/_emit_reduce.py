@@ -470,6 +470,7 @@ class _ReduceEmitter(_EmitterBase):
         row_lines, _ = finish(args, "acc", per_row, row_result, env)
         element = self.exprs(per_element, ir.shapes[node.args["input"]], "i", env, args)
         otype = _CTYPE.get(out.dtype, "float")
+
         def position(slot: str) -> list[str]:
             step = f"({index}){slot}" if slot == "c" else f"({index})({slot})"
             return [f"const {index} k = w + {step} * {warps};", *guard,

@@ -1,9 +1,9 @@
 """Scatters (``scatter_add``, ``index_add``, ``scatter`` of a value or a tensor,
-``scatter_reduce`` by sum, amax or amin): the input copied into the output (or computed
-there: the zeros a scatter usually starts from), then a thread per
-source element adding (``atomicAdd``), taking the larger or smaller (a compare-and-swap loop;
-a NaN, once written, stays) or storing into the position its index names
-along ``dim``.
+``scatter_reduce`` by sum, amax or amin): the input copied into the output (or computed there:
+the zeros a scatter usually starts from), then a thread per source element (computed there too
+where a pointwise kernel would only have stored it) adding (``atomicAdd``), taking the larger or
+smaller (a compare-and-swap loop; a NaN, once written, stays) or storing into the position its
+index names along ``dim``.
 
 Float atomics add in whatever order threads arrive, as PyTorch's CUDA kernels do, so sums agree
 to rounding. Stores race where indices repeat, as PyTorch's do (its CUDA result is then one of
