@@ -225,3 +225,34 @@ def test_rows_that_do_not_group_channels_stay_a_layer_norm() -> None:
     source = _GROUP_NORM.format(grouped="b * 4, 3, -1")  # the batch split too: no group norm
     ops = [n.op for n in capture_program(load_task(source)).nodes]
     assert "group_norm" not in ops and "layer_norm" in ops
+
+
+RMS = {
+    "llama": "v = x.pow(2).mean(-1, keepdim=True); return x * torch.rsqrt(v + 1e-6) * self.weight",
+    "t5_product_and_sqrt": "return self.weight * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5))",
+    "two_trailing_dims": "return torch.rsqrt(x.pow(2).mean((-2, -1), keepdim=True) + 1e-6) * x",
+}
+RMS_KEPT = {
+    "no_eps": "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True))",
+    "a_middle_dim": "return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)",
+    "another_tensors_squares": "return x * torch.rsqrt((x + 1).pow(2).mean(-1, keepdim=True) + 1e-6)",
+    "mean_also_returned": (
+        "v = x.pow(2).mean(-1, keepdim=True); return x * torch.rsqrt(v + 1e-6), v"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RMS))
+def test_hand_written_rms_norm_is_one_row_kernel(name: str, tmp_path: Path) -> None:
+    """An RMS norm written as LLaMA or T5 write it: the rms_norm row kernel (the row held in
+    registers, one read and one write), its weight fused as the epilogue."""
+    source = _source(RMS[name], (3, 5, 48))
+    assert [n.op for n in capture_program(load_task(source)).nodes].count("rms_norm") == 1
+    task, program = generate_checked(source)
+    assert program.kernel_source.count('extern "C" __global__') <= 2  # a kernel and its float4 twin
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize("body", RMS_KEPT.values(), ids=RMS_KEPT.keys())
+def test_other_rms_forms_keep_their_nodes(body: str) -> None:
+    assert "rms_norm" not in _ops(body, (3, 4, 32))

@@ -1,5 +1,5 @@
-"""Hand-written layer norms and softmaxes recognised as the ``layer_norm`` and ``softmax``
-they compute.
+"""Hand-written layer norms, RMS norms and softmaxes recognised as the ``layer_norm``,
+``rms_norm`` and ``softmax`` they compute.
 
 ``(x - x.mean(-1, keepdim=True)) / torch.sqrt(var + eps)`` with the variance written as the mean
 of the squared deviations (or ``x.var(..., unbiased=False)``) is two dependent row reductions,
@@ -32,7 +32,10 @@ def recognize_norms(ir: ProgramIR) -> None:
     nodes = {n.name: n for n in ir.nodes}
     users = ir.users()
     for position, node in enumerate(ir.nodes):
-        norm = _layer_norm(ir, node, nodes, users) or _softmax(ir, node, nodes, users)
+        norm = (
+            _layer_norm(ir, node, nodes, users) or _rms_norm(ir, node, nodes, users)
+            or _softmax(ir, node, nodes, users)
+        )
         if norm is not None:
             ir.nodes[position] = norm
             nodes[norm.name] = norm
@@ -151,24 +154,77 @@ def _layer_norm(
     )
 
 
+def _rms_norm(
+    ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]]
+) -> OpNode | None:
+    """The ``rms_norm`` of ``x * rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)`` (or
+    ``x / sqrt(...)``, the square as ``pow`` or ``x * x``) over trailing dims, as LLaMA and T5
+    write it, or ``None``."""
+    x, inv = _scaled(y, nodes, any_operand=True)
+    if x is None or inv is None:
+        return None
+    shifted = _node(inv.args.get("input"), nodes)
+    if shifted is None or shifted.op != "add" or shifted.args.get("alpha", 1) != 1:
+        return None
+    ms, eps = _node(shifted.args.get("input"), nodes), shifted.args.get("other")
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or ms is None:
+        return None
+    square = _node(ms.args.get("input"), nodes)
+    shape = ir.shapes.get(x)
+    if ms.op != "mean" or not ms.args.get("keepdim") or ms.args.get("dtype") or square is None:
+        return None
+    squares_x = (square.op == "pow" and square.args.get("exponent") == 2) or (
+        square.op == "mul" and square.args.get("other") == x
+    )
+    if not squares_x or square.args.get("input") != x or shape is None:
+        return None
+    dims = _trailing(ms.args.get("dim"), len(shape))
+    if dims is None or tuple(y.shape) != tuple(shape):
+        return None
+    readers = {square.name: {ms.name}, ms.name: {shifted.name}, shifted.name: {inv.name},
+               inv.name: {y.name}}
+    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
+        return None  # an intermediate is read elsewhere (or is an output): keep the chain
+    if any(ir.dtypes.get(r, "float32") != "float32" for r in [x, Ref("node", y.name)]):
+        return None
+    normalized = tuple(shape[len(shape) - len(dims) :])
+    kwargs = {"weight": None, "eps": float(eps)}
+    return OpNode(
+        name=y.name,
+        op="rms_norm",
+        args={"input": x, "normalized_shape": normalized, **kwargs},
+        shape=tuple(y.shape),
+        dtype=y.dtype,
+        call="torch.nn.functional.rms_norm",
+        call_args=[x, normalized],
+        call_kwargs=kwargs,
+    )
+
+
 def _node(value: Any, nodes: _Nodes) -> OpNode | None:
     return nodes.get(value.name) if isinstance(value, Ref) and value.kind == "node" else None
 
 
-def _scaled(y: OpNode, nodes: _Nodes) -> tuple[Ref | None, OpNode | None]:
+def _scaled(
+    y: OpNode, nodes: _Nodes, *, any_operand: bool = False
+) -> tuple[Ref | None, OpNode | None]:
     """``(centred, sqrt node)`` of ``centred / sqrt(...)``, or ``(centred, rsqrt node)`` of
-    ``centred * rsqrt(...)`` in either order."""
+    ``centred * rsqrt(...)`` in either order; ``centred`` a node's value, or with
+    ``any_operand`` any tensor (an RMS norm scales its input itself)."""
     a, b = y.args.get("input"), y.args.get("other")
+
+    def operand(ref: Any) -> bool:
+        return isinstance(ref, Ref) and (any_operand or ref.kind == "node")
+
     if y.op == "div" and y.args.get("rounding_mode") is None:
         den = _node(b, nodes)
-        if isinstance(a, Ref) and a.kind == "node" and den is not None and den.op == "sqrt":
+        if operand(a) and den is not None and den.op == "sqrt":
             return a, den
     if y.op == "mul":
         for centred, scale in ((a, b), (b, a)):
             inv = _node(scale, nodes)
-            if isinstance(centred, Ref) and centred.kind == "node" and inv is not None:
-                if inv.op == "rsqrt":
-                    return centred, inv
+            if operand(centred) and inv is not None and inv.op == "rsqrt":
+                return centred, inv
     return None, None
 
 
