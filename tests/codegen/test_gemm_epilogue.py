@@ -70,3 +70,16 @@ def test_tuning_can_keep_the_bias_in_a_generated_kernel() -> None:
     call = next(line for line in program.host_source.splitlines() if "_sgemm(1, 0" in line)
     assert "bias=" not in call
     assert _kernels(program.kernel_source) == 1
+
+
+@pytest.mark.parametrize("expr", sorted(CASES))
+def test_the_plan_says_who_applies_the_bias(expr: str) -> None:
+    """The plan's fusion text agrees with the program: cuBLASLt's epilogue where the GEMM call
+    takes the bias, a following kernel where one is generated."""
+    from stitch_graph.codegen import capture_program, plan_program
+    from stitch_graph.task import load_task
+
+    (item,) = plan_program(capture_program(load_task(_PROBLEM.format(expr=expr)))).items
+    in_library = CASES[expr][0] is not None
+    assert ("cuBLASLt's epilogue adds the bias" in item.fusion) == in_library
+    assert ("one following kernel" in item.fusion) == (not in_library)

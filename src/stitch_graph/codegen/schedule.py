@@ -719,6 +719,23 @@ def epilogue_kernel_follows(ir: ProgramIR, group: Group) -> bool:
     return bool(group.epilogue) or isinstance(ir.node(group.anchor).args.get("bias"), Ref)
 
 
+def _bias_in_library(ir: ProgramIR, group: Group) -> bool:
+    """Whether a linear layer's bias, and a ReLU that is all its epilogue, are what cuBLASLt's
+    epilogue applies by default (``_emit_gemm``'s ``gemm_epilogue``), as the plan says."""
+    node = ir.node(group.anchor or "")
+    bias = node.args.get("bias")
+    if node.op != "linear" or not isinstance(bias, Ref) or ir.dtypes.get(bias) != "float32":
+        return False
+    x = node.args.get("input")
+    if not isinstance(x, Ref) or not ir.is_contiguous(x):
+        return False  # a transposed input's batches: a generated kernel adds the bias
+    epilogue = [ir.node(m) for m in group.epilogue]
+    return not epilogue or (
+        len(epilogue) == 1 and epilogue[0].op == "relu"
+        and epilogue[0].args.get("input") == Ref("node", node.name)
+    )
+
+
 def estimate_us(ir: ProgramIR, group: Group) -> float:
     """A roofline guess of the group's device time: its bytes at HBM speed or its FLOPs at
     the rate its kind reaches, whichever is longer."""
@@ -777,7 +794,10 @@ def _fusion_text(ir: ProgramIR, group: Group) -> str:
             parts.append("prologue " + ", ".join(ir.node(m).op for m in group.prologue))
         if group.epilogue:
             parts.append("epilogue " + ", ".join(ir.node(m).op for m in group.epilogue))
-        if group.kind == "gemm" and epilogue_kernel_follows(ir, group):
+        if group.kind == "gemm" and _bias_in_library(ir, group):
+            parts.append("cuBLASLt's epilogue adds the bias" + (" and the ReLU" if group.epilogue
+                         else "") + " as it stores the product (a following kernel if tuned off)")
+        elif group.kind == "gemm" and epilogue_kernel_follows(ir, group):
             parts.append("cuBLAS writes the product; bias and epilogue run in one following kernel")
         elif group.kind == "gemm":
             parts.append("cuBLAS writes the result")
