@@ -1,6 +1,6 @@
 """A keepdim reduction and the consumer that broadcasts it back over the rows, in one kernel.
 
-``x * rsqrt(mean(x * x) + eps)``, ``x / x.norm(dim=-1, keepdim=True)``, ``x - x.mean(...)``: each
+``x * rsqrt(sum(x * x) + eps)``, ``x / x.norm(dim=-1, keepdim=True)``, ``x - x.mean(...)``: each
 row is reduced, then rewritten, by the same threads, so the rows are read from memory once for the
 reduction and mostly from cache for the rewrite. Checked on the CPU with CUDA's block semantics
 (``cooperative=True``) and compiled with nvcc where it is installed.
@@ -64,12 +64,13 @@ def _knobs(**knobs: Any) -> Tuning:
     return Tuning(default=KernelTuning(**knobs))
 
 
-RMS = "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight"
+# an inverse norm (a sum, not the mean an RMS norm takes, which becomes the rms_norm kernel)
+INV_NORM = "return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6) * self.weight"
 CASES = {
     # contiguous rows, float4 kernel: per-row epilogue (add, rsqrt), two ops per element
-    "rms_norm_float4": (RMS, (3, 5, 64), None, "float4 loads"),
+    "inverse_norm_float4": (INV_NORM, (3, 5, 64), None, "float4 loads"),
     # the scalar twin of the same kernel
-    "rms_norm_scalar": (RMS, (3, 5, 64), _knobs(vector_width=1), "scalar loads"),
+    "inverse_norm_scalar": (INV_NORM, (3, 5, 64), _knobs(vector_width=1), "scalar loads"),
     # rows longer than 1024: a block per row
     "centre_long_rows": ("return x - x.mean(-1, keepdim=True)", (3, 1500), None, "float4 loads"),
     # L2 normalisation through torch's norm, an odd length
@@ -79,8 +80,8 @@ CASES = {
     # a middle dimension: one thread per (strided) row
     "middle_dim": ("return x * x.sum(dim=1, keepdim=True)", (2, 5, 40), None, "thread per row"),
     # rows per block forced by the tuning: a block, or warps
-    "block_per_row": (RMS, (3, 5, 64), _knobs(rows_per_block=1), "block per row"),
-    "warp_per_row": (RMS, (3, 5, 64), _knobs(rows_per_block=2), "warp per row"),
+    "block_per_row": (INV_NORM, (3, 5, 64), _knobs(rows_per_block=1), "block per row"),
+    "warp_per_row": (INV_NORM, (3, 5, 64), _knobs(rows_per_block=2), "warp per row"),
     # Welford statistics (var): the same loop with its own accumulator
     "by_variance": ("return x / (x.var(-1, keepdim=True) + 1)", (5, 24), None, "warp per row"),
 }
@@ -136,7 +137,7 @@ def test_rows_enough_to_fill_the_gpu_are_needed(shape: tuple[int, ...], fused: b
 
 @pytest.mark.usefixtures("few_rows")
 def test_unfused_on_feedback_the_rewrite_becomes_a_pointwise_kernel(tmp_path: Path) -> None:
-    task, program = _generate(RMS, (3, 5, 64), _knobs(fuse=False))
+    task, program = _generate(INV_NORM, (3, 5, 64), _knobs(fuse=False))
     assert FUSED not in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     # the prologue (x * x), the reduction, and the per-row and per-element epilogue together
