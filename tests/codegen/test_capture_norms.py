@@ -256,3 +256,16 @@ def test_hand_written_rms_norm_is_one_row_kernel(name: str, tmp_path: Path) -> N
 @pytest.mark.parametrize("body", RMS_KEPT.values(), ids=RMS_KEPT.keys())
 def test_other_rms_forms_keep_their_nodes(body: str) -> None:
     assert "rms_norm" not in _ops(body, (3, 4, 32))
+
+
+def test_a_layer_norm_that_centres_twice_is_generated_whole(tmp_path: Path) -> None:
+    """``x - mu`` written twice is no one centred node, so no layer_norm: the mean (over dim
+    -1) and the biased var it becomes (over dim 2) are siblings of one pass, which the emitter
+    must take as the same dim (it had left the whole norm to PyTorch)."""
+    body = (
+        "mu = x.mean(dim=-1, keepdim=True); var = ((x - mu) ** 2).mean(dim=-1, keepdim=True); "
+        "return (x - mu) * torch.rsqrt(var + 1e-5)"
+    )
+    task, program = generate_checked(_source(body, (3, 5, 48)))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -264,9 +264,12 @@ class _ReduceEmitter(_EmitterBase):
         rows = outer * inner
         anchors = [ir.node(a) for a in g.anchors]
         ops = {a.op for a in anchors}
+        def reduced(n: Any) -> set[int]:  # -1 and 2 of a 3-D input are one dim
+            return {d % len(in_shape) for d in reduction_dims(ir, n)} or set(range(len(in_shape)))
+
         if len(anchors) > 1 and any(
             a.args.get("input") is None or ir.shapes[a.args["input"]] != in_shape
-            or sorted(reduction_dims(ir, a)) != sorted(dims) or a.shape != node.shape
+            or reduced(a) != reduced(node) or a.shape != node.shape
             for a in anchors
         ):
             msg = f"{g.id}: sibling reductions must reduce the same dims of inputs of one shape"
