@@ -1,6 +1,6 @@
-"""Views and the ops written as views of their input: ``diagonal``, ``trace``, ``F.unfold``
-(im2col), ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``. Each must be fully
-generated (nothing left to PyTorch) and match PyTorch in the CPU emulation."""
+"""Views and the ops written as views of their input: ``diagonal``, ``trace``, ``diag`` of a
+matrix, ``F.unfold`` (im2col), ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``. Each
+must be fully generated (nothing left to PyTorch) and match PyTorch in the CPU emulation."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ EXPRS = [
     "torch.meshgrid(x.flatten()[:4], y.flatten()[:5], x.flatten()[7:10], indexing='xy')[2] * 2",
     "torch.cartesian_prod(x.flatten()[:4], y.flatten()[:3], y.flatten()[5:7])",
     "torch.renorm(x, 2, 1, 3.0) + torch.renorm(y, 1, 0, 20.0)",
+    # a matrix's diagonal (a ranking loss's matching pairs), as a function and as methods
+    "torch.diag(x[0, 0] @ y[0, 0].t()).view(-1, 1) + x[1, 1].diag(1).sum() + x[2, 2].trace()",
 ]
 
 
@@ -61,3 +63,8 @@ def test_an_exported_tensor_unfold_stays_a_view(tmp_path: Path) -> None:
     assert capture_program(task).method == "export"  # forward's default argument forces it
     assert not program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_the_diagonal_matrix_of_a_vector_stays_in_pytorch() -> None:
+    _, program = generate_checked(_PROBLEM.format(expr="torch.diag(x[0, 0, 0]) + 1"))
+    assert "diag" in program.declared_torch_ops

@@ -1,5 +1,5 @@
 """Calls that are views of their input plus at most one copy: ``F.unfold`` (im2col), ``trace``,
-``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``.
+``diag`` of a matrix, ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``.
 
 ``F.unfold`` is the padded input's sliding windows (``Tensor.unfold`` twice, the dilation a
 step of the window's slice) permuted to ``(N, C*kh*kw, L)``: the reshape becomes one copy
@@ -20,11 +20,13 @@ from stitch_graph.codegen.ir import ProgramIR, Ref
 ARRANGE_SIGNATURES = {
     "unfold": "input, kernel_size, dilation=1, padding=0, stride=1",
     "trace": "input",
+    "diag": "input, diagonal=0",
     "kron": "input, other",
     "meshgrid": "indexing=None",  # and any number of 1-D tensors
     "cartesian_prod": "",
     "renorm": "input, p, dim, maxnorm",
 }
+ARRANGE_METHODS = frozenset({"diag", "trace"})  # also taken as tensor methods (x.diag())
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -54,6 +56,11 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
         if len(ir.shapes[x]) != 2:
             return None
         return b("sum", torch.sum, b("diagonal", torch.diagonal, x))
+    if name == "diag":  # of a matrix: its diagonal, a view (a vector's diag matrix stays)
+        offset = a.get("diagonal", 0)
+        if len(ir.shapes[x]) != 2 or not isinstance(offset, int):
+            return None
+        return b("diagonal", torch.diagonal, x, offset)
     if name == "kron":
         return _kron(ir, b, x, a["other"])
     if name == "renorm":

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_arrange import ARRANGE_SIGNATURES, arrange
+from stitch_graph.codegen._capture_arrange import ARRANGE_METHODS, ARRANGE_SIGNATURES, arrange
 from stitch_graph.codegen._capture_base import _subst
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
 from stitch_graph.codegen._capture_compose import (
@@ -109,7 +109,8 @@ def _decompose(
             return b("index", operator.getitem, weight, (idx,))
     # ATen's unfold (an exported Tensor.unfold) shares F.unfold's name and is a view
     functional = name != "unfold" or fx_node.target is torch.nn.functional.unfold
-    if name in ARRANGE_SIGNATURES and fx_node.op == "call_function" and functional:
+    called = fx_node.op == "call_function" or name in ARRANGE_METHODS
+    if name in ARRANGE_SIGNATURES and called and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
     signature = (
         _DECOMPOSE_SIGNATURES.get(name)
