@@ -47,6 +47,8 @@ EXPRS = [
     ("torch.topk(x, 4, dim=1).indices.float() * torch.topk(x, 4, dim=1).values", "4, 19, 6"),  # noqa: E501
     ("torch.kthvalue(x, 5, dim=-1, keepdim=True)[1].float()", "4, 3, 50"),
     ("torch.argsort(x.flatten(1), dim=1, descending=True, stable=True).float()", "6, 3, 1300"),  # noqa: E501
+    # ranks: the positions of a sort sorted again (distinct, exact as floats)
+    ("x * x.argsort(dim=-1).argsort(dim=-1) + x.argsort(dim=1).argsort(dim=1).float()", "3, 5, 40"),  # noqa: E501
 ]
 
 

@@ -51,6 +51,13 @@ def uses(fx_node: torch.fx.Node) -> set[int] | None:
     return used
 
 
+def _positions(ir: ProgramIR, ref: Ref) -> bool:
+    """Whether ``ref`` holds a sort's positions along its lines (int64 values below a line's
+    length, which float32 holds exactly)."""
+    node = ir.node(ref.name) if ref.kind == "node" else None
+    return node is not None and node.op == "sort_indices" and ir.dtypes.get(ref) == "int64"
+
+
 def returns_pair(name: str, a: dict[str, Any]) -> bool:
     """Whether the call returns (values, indices) rather than a tensor."""
     return name in ("sort", "topk", "kthvalue") or (name == "median" and a["dim"] is not None)
@@ -62,6 +69,8 @@ def order_statistic(
     """The call's values (and indices, where ``indices``) from one sort of the line; ``None``
     where the rule does not apply."""
     x = a["input"]
+    if isinstance(x, Ref) and _positions(ir, x):
+        x = b("float", "float", x)  # ranks as x.argsort().argsort(): exact as floats
     if not isinstance(x, Ref) or ir.dtypes[x] != "float32" or not ir.shapes[x]:
         return None
     shape = ir.shapes[x]
