@@ -93,6 +93,8 @@ def test_topk_of_a_long_line_is_a_radix_select_and_matches_pytorch(
         ("torch.sort(x.flatten(), dim=0)[0]", "sort"),  # 12000 keys: more than a block holds
         ("torch.argsort(x.reshape(2, 6000), dim=1).float() * 2", "argsort"),  # 6000 with positions
         ("torch.topk(x.flatten(), 3000)[0]", "topk"),  # k over MAX_TOPK
+        # a sort's positions sorted for their values: int64 values, which the sort does not keep
+        ("torch.sort(x.argsort(dim=-1), dim=-1)[0].float()", "sort"),
     ],
 )
 def test_what_the_sort_cannot_reproduce_stays_in_pytorch(expr: str, left: str) -> None:

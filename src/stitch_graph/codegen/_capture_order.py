@@ -69,7 +69,7 @@ def order_statistic(
     """The call's values (and indices, where ``indices``) from one sort of the line; ``None``
     where the rule does not apply."""
     x = a["input"]
-    if isinstance(x, Ref) and _positions(ir, x):
+    if name == "argsort" and isinstance(x, Ref) and _positions(ir, x):
         x = b("float", "float", x)  # ranks as x.argsort().argsort(): exact as floats
     if not isinstance(x, Ref) or ir.dtypes[x] != "float32" or not ir.shapes[x]:
         return None

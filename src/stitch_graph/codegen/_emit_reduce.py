@@ -264,6 +264,7 @@ class _ReduceEmitter(_EmitterBase):
         rows = outer * inner
         anchors = [ir.node(a) for a in g.anchors]
         ops = {a.op for a in anchors}
+
         def reduced(n: Any) -> set[int]:  # -1 and 2 of a 3-D input are one dim
             return {d % len(in_shape) for d in reduction_dims(ir, n)} or set(range(len(in_shape)))
 
