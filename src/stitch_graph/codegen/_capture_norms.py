@@ -107,14 +107,10 @@ def _layer_norm(
 ) -> OpNode | None:
     """The ``layer_norm`` node that ``y`` computes, or ``None`` when it is not one."""
     centred, inv = _scaled(y, nodes)
-    if centred is None or inv is None or inv.op not in ("sqrt", "rsqrt"):
+    root = _root_of_shifted(inv, nodes)
+    if centred is None or inv is None or root is None:
         return None
-    shifted = _node(inv.args.get("input"), nodes)
-    if shifted is None or shifted.op != "add" or shifted.args.get("alpha", 1) != 1:
-        return None
-    var, eps = _node(shifted.args.get("input"), nodes), shifted.args.get("other")
-    if not isinstance(eps, int | float) or isinstance(eps, bool) or var is None:
-        return None
+    shifted, var, eps = root
     c = nodes.get(centred.name)
     if c is None or c.op != "sub" or c.args.get("alpha", 1) != 1:
         return None
@@ -136,22 +132,11 @@ def _layer_norm(
         c.name: {y.name, *squares},
         **{square: {var.name} for square in squares},
     }
-    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
-        return None  # an intermediate is read elsewhere (or is an output): keep the chain
+    if not _read_only_within(users, readers):
+        return None
     if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*readers, y.name]):
         return None
-    normalized = tuple(shape[len(shape) - len(dims) :])
-    kwargs = {"weight": None, "bias": None, "eps": float(eps)}
-    return OpNode(
-        name=y.name,
-        op="layer_norm",
-        args={"input": x, "normalized_shape": normalized, **kwargs},
-        shape=tuple(y.shape),
-        dtype=y.dtype,
-        call="torch.nn.functional.layer_norm",
-        call_args=[x, normalized],
-        call_kwargs=kwargs,
-    )
+    return _row_norm(y, "layer_norm", x, shape, dims, {"weight": None, "bias": None, "eps": eps})
 
 
 def _rms_norm(
@@ -161,14 +146,10 @@ def _rms_norm(
     ``x / sqrt(...)``, the square as ``pow`` or ``x * x``) over trailing dims, as LLaMA and T5
     write it, or ``None``."""
     x, inv = _scaled(y, nodes, any_operand=True)
-    if x is None or inv is None:
+    root = _root_of_shifted(inv, nodes)
+    if x is None or inv is None or root is None:
         return None
-    shifted = _node(inv.args.get("input"), nodes)
-    if shifted is None or shifted.op != "add" or shifted.args.get("alpha", 1) != 1:
-        return None
-    ms, eps = _node(shifted.args.get("input"), nodes), shifted.args.get("other")
-    if not isinstance(eps, int | float) or isinstance(eps, bool) or ms is None:
-        return None
+    shifted, ms, eps = root
     square = _node(ms.args.get("input"), nodes)
     shape = ir.shapes.get(x)
     if ms.op != "mean" or not ms.args.get("keepdim") or ms.args.get("dtype") or square is None:
@@ -183,19 +164,46 @@ def _rms_norm(
         return None
     readers = {square.name: {ms.name}, ms.name: {shifted.name}, shifted.name: {inv.name},
                inv.name: {y.name}}
-    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
-        return None  # an intermediate is read elsewhere (or is an output): keep the chain
+    if not _read_only_within(users, readers):
+        return None
     if any(ir.dtypes.get(r, "float32") != "float32" for r in [x, Ref("node", y.name)]):
         return None
+    return _row_norm(y, "rms_norm", x, shape, dims, {"weight": None, "eps": eps})
+
+
+def _root_of_shifted(inv: OpNode | None, nodes: _Nodes) -> tuple[OpNode, OpNode, float] | None:
+    """``(shifted, statistic, eps)`` of ``inv = sqrt(statistic + eps)`` (or ``rsqrt``), eps a
+    number; ``None`` for any other form."""
+    if inv is None or inv.op not in ("sqrt", "rsqrt"):
+        return None
+    shifted = _node(inv.args.get("input"), nodes)
+    if shifted is None or shifted.op != "add" or shifted.args.get("alpha", 1) != 1:
+        return None
+    statistic, eps = _node(shifted.args.get("input"), nodes), shifted.args.get("other")
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or statistic is None:
+        return None
+    return shifted, statistic, float(eps)
+
+
+def _read_only_within(users: dict[str, list[str]], readers: dict[str, set[str]]) -> bool:
+    """Whether each intermediate is read by the chain alone (not elsewhere, not an output)."""
+    return not any(set(users.get(n, ())) - allowed for n, allowed in readers.items())
+
+
+def _row_norm(
+    y: OpNode, op: str, x: Ref, shape: tuple[int, ...], dims: tuple[int, ...],
+    kwargs: dict[str, Any],
+) -> OpNode:
+    """The ``op`` node (``layer_norm``, ``rms_norm``) over ``x``'s trailing ``dims`` that takes
+    ``y``'s name and place."""
     normalized = tuple(shape[len(shape) - len(dims) :])
-    kwargs = {"weight": None, "eps": float(eps)}
     return OpNode(
         name=y.name,
-        op="rms_norm",
+        op=op,
         args={"input": x, "normalized_shape": normalized, **kwargs},
         shape=tuple(y.shape),
         dtype=y.dtype,
-        call="torch.nn.functional.rms_norm",
+        call=f"torch.nn.functional.{op}",
         call_args=[x, normalized],
         call_kwargs=kwargs,
     )
@@ -341,8 +349,8 @@ def _softmax(ir: ProgramIR, y: OpNode, nodes: _Nodes, users: dict[str, list[str]
         total.name: {log.name if log else y.name},
         **({log.name: {y.name}} if log else {}),
     }
-    if any(set(users.get(n, ())) - allowed for n, allowed in readers.items()):
-        return None  # an intermediate is read elsewhere (or is an output): keep the chain
+    if not _read_only_within(users, readers):
+        return None
     if any(ir.dtypes.get(Ref("node", n), "float32") != "float32" for n in [*readers, y.name]):
         return None
     kwargs = {"dim": dim, "dtype": None}
