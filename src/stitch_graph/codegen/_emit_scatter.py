@@ -27,6 +27,7 @@ from stitch_graph.codegen._emit_base import (
     _py,
 )
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel
+from stitch_graph.codegen.schedule import _read_inside
 from stitch_graph.codegen.tuning import KernelTuning
 
 # how a source element meets its position: scatter_add and scatter_reduce's reductions
@@ -55,13 +56,9 @@ def _at(strides: tuple[int, ...], coords: list[str]) -> str:
 
 def _feeding(ir: Any, members: list[str], ref: Ref) -> list[str]:
     """The members ``ref`` is computed from, itself included, in their order."""
-    wanted: set[str] = set()
-    pending = [ref]
-    while pending:
-        r = pending.pop()
-        if r.kind == "node" and r.name in members and r.name not in wanted:
-            wanted.add(r.name)
-            pending.extend(ir.node(r.name).tensor_refs())
+    if ref.kind != "node" or ref.name not in members:
+        return []
+    wanted = {ref.name} | _read_inside(ir, [ref.name], set(members))
     return [m for m in members if m in wanted]
 
 
