@@ -33,8 +33,8 @@ def recompute_cheap_producers(ir: ProgramIR) -> None:
     pay where another's do not), the first ``_MOST_TRIALS`` of them."""
     best = device_us(ir)
     trials = 0
+    users = ir.users()
     for name in [n.name for n in ir.nodes]:
-        users = ir.users()
         readers = [u for u in users[name] if u != "output"]
         if trials >= _MOST_TRIALS or not 2 <= len(readers) <= _MOST_READERS:
             continue
@@ -50,6 +50,7 @@ def recompute_cheap_producers(ir: ProgramIR) -> None:
         if time < best:
             adopt(ir, trial)
             best = time
+            users = ir.users()  # the copies' readers read them now
 
 
 def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> list[OpNode] | None:
