@@ -21,6 +21,7 @@ from stitch_graph.codegen.ir import (
     matrix_layout,
     numel,
 )
+from stitch_graph.codegen.schedule import library_epilogue_fits
 from stitch_graph.codegen.tuning import KernelTuning
 
 SKINNY_ROWS = 16  # rows a generated GEMM keeps in registers, one sum each
@@ -175,24 +176,14 @@ class _GemmEmitter(_EmitterBase):
         apply the ReLU that is all its epilogue, if so) as the GEMM stores its result, where
         a generated kernel would read the product back and write it again; ``None`` where the
         tuning turns it off or the epilogue holds anything else."""
-        node = self.ir.node(g.anchor or "")
         if (
             not tun.gemm_epilogue
-            or node.op != "linear"
-            or not isinstance(bias, Ref)
             or batch != 1
             or g.output in self.cat_slices
-            or self.ir.dtypes.get(bias, "float32") != "float32"
+            or not library_epilogue_fits(self.ir, g)
         ):
             return None
-        options = [f"bias={_py(bias)}"]
-        if not g.epilogue:
-            return options
-        (member,) = g.epilogue if len(g.epilogue) == 1 else (None,)
-        relu = self.ir.node(member) if member else None
-        if relu is None or relu.op != "relu" or relu.args.get("input") != Ref("node", node.name):
-            return None
-        return [*options, "relu=True"]
+        return [f"bias={_py(bias)}", *(["relu=True"] if g.epilogue else [])]
 
     def _skinny_gemm(
         self,

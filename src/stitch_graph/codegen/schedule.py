@@ -719,21 +719,26 @@ def epilogue_kernel_follows(ir: ProgramIR, group: Group) -> bool:
     return bool(group.epilogue) or isinstance(ir.node(group.anchor).args.get("bias"), Ref)
 
 
-def _bias_in_library(ir: ProgramIR, group: Group) -> bool:
-    """Whether a linear layer's bias, and a ReLU that is all its epilogue, are what cuBLASLt's
-    epilogue applies by default (``_emit_gemm``'s ``gemm_epilogue``), as the plan says."""
+def library_epilogue_fits(ir: ProgramIR, group: Group) -> bool:
+    """Whether the group is a linear layer with a float32 bias whose epilogue is nothing or
+    a ReLU of it: what cuBLASLt's epilogue can apply as the GEMM stores its result (the
+    emitter adds its own conditions: the tuning, one batch, no concatenation slice)."""
     node = ir.node(group.anchor or "")
     bias = node.args.get("bias")
     if node.op != "linear" or not isinstance(bias, Ref) or ir.dtypes.get(bias) != "float32":
         return False
-    x = node.args.get("input")
-    if not isinstance(x, Ref) or not ir.is_contiguous(x):
-        return False  # a transposed input's batches: a generated kernel adds the bias
     epilogue = [ir.node(m) for m in group.epilogue]
     return not epilogue or (
         len(epilogue) == 1 and epilogue[0].op == "relu"
         and epilogue[0].args.get("input") == Ref("node", node.name)
     )
+
+
+def _bias_in_library(ir: ProgramIR, group: Group) -> bool:
+    """Whether cuBLASLt's epilogue applies the bias (and ReLU) by default, as the plan says: a
+    contiguous input is one batch (a transposed one's batches get a generated kernel)."""
+    x = ir.node(group.anchor or "").args.get("input")
+    return library_epilogue_fits(ir, group) and isinstance(x, Ref) and ir.is_contiguous(x)
 
 
 def estimate_us(ir: ProgramIR, group: Group) -> float:
