@@ -34,6 +34,7 @@ from stitch_graph.codegen._capture_base import (
     _to_meta,
 )
 from stitch_graph.codegen._capture_broadcast_products import sum_broadcast_products_as_matmuls
+from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
@@ -262,6 +263,7 @@ def _lower(
             writes.write(ir, fx_node, mutated, before, env)
             _write_back(ir, fx_node, mutated, env, ours, writes)
         writes.record(fx_node)
+    merge_common_subexpressions(ir)
     recognize_norms(ir)
     _drop_unit_reductions(ir)
     _eliminate_dead(ir)
