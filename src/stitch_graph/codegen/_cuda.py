@@ -81,6 +81,23 @@ __device__ __forceinline__ float sg_floordiv(float a, float b) {
   if (div - q > 0.5f) q += 1.f;
   return q;
 }
+// the integer forms, exact as PyTorch's int64 and int32 arithmetic: a quotient rounded down
+// and a remainder with the divisor's sign, as Python's // and %
+__device__ __forceinline__ long long sg_floordiv(long long a, long long b) {
+  const long long q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+__device__ __forceinline__ long long sg_mod(long long a, long long b) {
+  const long long r = a % b;
+  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}
+__device__ __forceinline__ long long sg_max(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long sg_min(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ long long sg_abs(long long a) { return a < 0 ? -a : a; }
+__device__ __forceinline__ int sg_floordiv(int a, int b) { return (int)sg_floordiv((long long)a, (long long)b); }
+__device__ __forceinline__ int sg_mod(int a, int b) { return (int)sg_mod((long long)a, (long long)b); }
+__device__ __forceinline__ int sg_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int sg_min(int a, int b) { return a < b ? a : b; }
 
 struct SgSum {
   float s;

@@ -51,12 +51,57 @@ def _line_layout(shape: tuple[int, ...], dim: int) -> tuple[int, int, int, str]:
     return length, inner, outer * inner, base
 
 
-def _scalar(value: Any, default: Any) -> str:
+_INTEGER_LIMITS = {"long long": 2**63 - 1, "int": 2**31 - 1}
+
+
+def _scalar(value: Any, default: Any, integer: str | None = None) -> str:
     """A non-tensor argument as a pointwise template spells it: ``None`` as its default, a
-    string (a dtype, a mode) as ``0``, a number as a literal."""
+    string (a dtype, a mode) as ``0``, a number as a literal; in integer arithmetic (``integer``
+    names the result's C type) an integer one, an infinite bound the type's limit."""
     if value is None or value is ...:
-        return "0.f" if default in (None, ...) else _literal(default)
-    return "0" if isinstance(value, str) else _literal(value)
+        value = default
+        if value in (None, ...):
+            return "0.f"
+    if isinstance(value, str):
+        return "0"
+    if integer is None or isinstance(value, bool):
+        return _literal(value)
+    if isinstance(value, float) and math.isinf(value):
+        limit = _INTEGER_LIMITS[integer]
+        value = limit if value > 0 else -limit - 1
+    if isinstance(value, int):
+        return f"(({integer}){value}LL)" if value >= 0 else f"(({integer})({value + 1}LL - 1))"
+    return _literal(value)
+
+
+_INTEGER_TYPES = ("int64", "int32")
+# templates whose float form rounds or leaves float: their integer form (``_cuda``'s overloads)
+_INTEGER_TEMPLATES = {
+    "remainder": "sg_mod({input}, {other})",
+    "abs": "sg_abs({input})",
+}
+
+
+def _integer_arithmetic(ir: ProgramIR, node: OpNode) -> str | None:
+    """The C type ``node`` computes in when it computes integers from integers (and
+    booleans): exactly, as PyTorch does, not through float32, which holds integers only up
+    to 2**24 (a hash such as ``ids * 1000003 % buckets``). Every operand is cast to it, so
+    that the int and long long overloads of ``sg_max`` and the like are never ambiguous."""
+    if node.dtype not in _INTEGER_TYPES:
+        return None
+    kinds = (*_INTEGER_TYPES, "bool")
+    if any(ir.dtypes.get(ref, "float32") not in kinds for ref in node.tensor_refs()):
+        return None
+    return _CTYPE[node.dtype]
+
+
+def _pointwise_template(ir: ProgramIR, node: OpNode, info: Any) -> tuple[str | None, str | None]:
+    """The op's expression template for ``node`` and the integer type it computes in, if any."""
+    integer = _integer_arithmetic(ir, node)
+    template = info.template(node.args)
+    if integer and template is not None:
+        template = _INTEGER_TEMPLATES.get(node.op, template)
+    return template, integer
 
 
 def _literal(value: Any) -> str:
@@ -291,7 +336,9 @@ class _EmitterBase:
                 lines.append(f"const {ctype} v_{name} = ({ctype})({value});")
                 env[name] = f"v_{name}"
                 continue
-            template = None if info is None else info.template(node.args)
+            template, integer = (None, None) if info is None else _pointwise_template(
+                self.ir, node, info
+            )
             if info is None or template is None:
                 msg = f"node {name} ({node.op}) has no pointwise expression"
                 raise EmitError(msg)
@@ -306,8 +353,10 @@ class _EmitterBase:
                         values[pname] = env[value.name]
                     else:
                         values[pname] = args.load(value, space, idx, bshapes.get(pname))
+                    if integer:
+                        values[pname] = f"(({integer}){values[pname]})"
                 else:
-                    values[pname] = _scalar(value, default)
+                    values[pname] = _scalar(value, default, integer)
             ctype = _CTYPE.get(node.dtype, "float")
             lines.append(f"const {ctype} v_{name} = ({ctype})({template.format(**values)});")
             env[name] = f"v_{name}"
@@ -337,7 +386,9 @@ class _EmitterBase:
             return f"{args.param(ref)}[{offset(ref)}]"
         node = self.ir.node(ref.name)
         info = lookup(node.op)
-        template = info.template(node.args) if info is not None else None
+        template, integer = (None, None) if info is None else _pointwise_template(
+            self.ir, node, info
+        )
         if template is None:
             msg = f"node {node.name} ({node.op}) is read through but has no expression"
             raise EmitError(msg)
@@ -348,8 +399,10 @@ class _EmitterBase:
                 continue
             if pname == through:
                 values[pname] = self._read(value, args, offset)
+                if integer:
+                    values[pname] = f"(({integer}){values[pname]})"
             else:
-                values[pname] = _scalar(value, default)
+                values[pname] = _scalar(value, default, integer)
         return f"({template.format(**values)})"
 
     def _indexed_cat(

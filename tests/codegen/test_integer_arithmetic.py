@@ -1,0 +1,47 @@
+"""Integer arithmetic is exact: a hash of token ids (``ids * 1000003 % buckets``), Python's
+floor division and remainder of negative integers, ``abs``, ``clamp`` and ``maximum`` of int64
+and int32 values, each past float32's 2**24, generated and compared with PyTorch in the CPU
+emulation (float32 arithmetic would be thousands off)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, b, n):
+        return {expr}
+
+
+def get_inputs():
+    return [
+        torch.randint(-50000, 50000, (3, 64)),
+        torch.randint(1, 50000, (3, 64)),
+        torch.randint(-40000, 40000, (3, 64), dtype=torch.int32),
+    ]
+
+
+def get_init_inputs():
+    return []
+"""
+
+EXPRS = [
+    "(a * 1000003 + b) % 100003",
+    "(a * 1000003 - b) // 7 + (a * 1000003) % -9",
+    "(a * 4099 - b * 8191).abs().clamp(max=150000000) + torch.maximum(a * 3001, n.long() * 5003)",
+    "(n * 50021) // 13 + (n * 50021) % 11",
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+def test_integers_are_computed_exactly(expr: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True, rtol=0, atol=0)
