@@ -45,6 +45,10 @@ CASES = [
     # chained views (an unsqueeze, then an expand) move as one
     """e = torch.exp(x - 1.0).unsqueeze(1).expand(16, 2, 96, 64)
         return e * torch.tensor([1.0, 2.0], device=x.device).view(1, 2, 1, 1)""",
+    # heads of a pointwise value copied for a batched product: computed in the copy's layout
+    """h = torch.tanh(x) * 2.0
+        k = x.view(16, 96, 4, 16).permute(0, 2, 3, 1)
+        return h.view(16, 96, 4, 16).permute(0, 2, 1, 3) @ k""",
 ]
 
 

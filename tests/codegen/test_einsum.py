@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen._capture_einsum import _pairs
+from stitch_graph.codegen import capture_program
+from stitch_graph.codegen._capture_einsum import _pairs, _smallest_pair
+from stitch_graph.codegen.ir import numel
+from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _R = "torch.randn"
@@ -69,6 +72,18 @@ def test_equations_it_does_not_reproduce_stay_in_pytorch() -> None:
 
 def test_atens_contraction_path_orders_the_pairs_when_it_is_valid() -> None:
     assert _pairs([0, 2, 0, 1], 3) == [(0, 2), (0, 1)]
-    assert _pairs(None, 3) == [(0, 1), (0, 1)]
-    assert _pairs([0, 3, 0, 1], 3) == [(0, 1), (0, 1)]  # operand 3 does not exist
-    assert _pairs([0, 1], 3) == [(0, 1), (0, 1)]  # too short for three operands
+    assert _pairs(None, 3) is None
+    assert _pairs([0, 3, 0, 1], 3) is None  # operand 3 does not exist
+    assert _pairs([0, 1], 3) is None  # too short for three operands
+
+
+def test_without_a_path_the_smallest_result_is_paired_first() -> None:
+    """Mamba2's four operands: C with B first (b c l s h), then L, then X; pairing first to
+    last would broadcast L against X into all six letters."""
+    sizes = {"b": 4, "c": 2, "l": 64, "s": 64, "h": 8, "n": 16, "p": 64}
+    subs = ["bclhn", "bcshn", "bhcls", "bcshp"]
+    assert _smallest_pair(subs, "bclhp", sizes) == (0, 1)
+    assert _smallest_pair(["bhcls", "bcshp", "bclsh"], "bclhp", sizes) == (0, 2)
+    program = capture_program(load_task(_problem(*CASES["four_operands"])))
+    largest = max(numel(node.shape) for node in program.nodes)
+    assert largest <= 2 * 3 * 4 * 2 * 6  # none larger than the result (b c l h p)

@@ -274,6 +274,7 @@ def _lower(
     for rewrite in rewrites:
         _optional(rewrite, ir)
     _insert_copies(ir)
+    _optional(compute_through_views, ir)  # a copy's producer computed in the copy's layout
     _split_library_bias(ir)
     share_row_passes(ir)
     recompute_cheap_producers(ir)

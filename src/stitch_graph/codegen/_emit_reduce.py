@@ -38,6 +38,7 @@ _HELD_ROW = 64  # strided rows up to this long are reduced and rewritten from re
 # warps along a column tile's strided rows, at least: 8 ran ConvNeXt's channels-first layer
 # norm (96 channels) in 0.067 ms, 4 in 0.073 and 16 in 0.083 (H100)
 _BROADCAST_WARPS = 8
+_COLUMN_UNROLL = 4  # loads in flight a thread that walks its column alone, untuned
 
 
 def _column_splits(rows: int, length: int) -> int:
@@ -398,7 +399,9 @@ class _ReduceEmitter(_EmitterBase):
         otype = _CTYPE.get(out.dtype, "float")
         # a thread per output walks its column alone: unroll so that several of its loads are
         # in flight (one at a time leaves a column argmax at 2.1 TB/s on an H200)
-        factor = tun.unroll if tun.unroll > 1 else (4 if mode == "thread" and length >= 8 else 1)
+        factor = tun.unroll if tun.unroll > 1 else (
+            _COLUMN_UNROLL if mode == "thread" and length >= 8 else 1
+        )
         unroll = f"#pragma unroll {factor}" if factor > 1 else ""
         if broadcast and mode == "thread" and length <= _HELD_ROW and tun.unroll <= 1:
             # both loops unrolled whole: nvcc keeps the row's loads in registers for the rewrite
