@@ -82,7 +82,9 @@ def _insert_copies(ir: ProgramIR) -> None:
         if _loops_instead(ir, node):
             new_nodes.append(node)
             continue
-        if info is not None and (info.kind in _NEEDS_CONTIGUOUS or node.op in _RESHAPES):
+        if info is not None and info.kind == "conv":
+            keys = ("input", "weight", "bias")  # a weight viewed (expanded, permuted) too
+        elif info is not None and (info.kind in _NEEDS_CONTIGUOUS or node.op in _RESHAPES):
             keys = ("input",)
         elif info is not None and info.kind == "gemm":
             gemm_keys = {"addmm": ("mat1", "mat2"), "linear": ("input", "weight")}

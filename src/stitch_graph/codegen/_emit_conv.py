@@ -223,6 +223,9 @@ class _ConvEmitter(_EmitterBase):
         b = node.args.get("bias")
         xs, ws, os_ = ir.shapes[x], ir.shapes[w], node.shape
         geo, groups = self._conv_geometry(node)
+        if not ir.is_contiguous(w) or (isinstance(b, Ref) and not ir.is_contiguous(b)):
+            msg = f"{node.name}: every path reads the weight and bias as contiguous (capture copies views)"
+            raise EmitError(msg)
         transposed = node.op.startswith("conv_transpose")
         three = len(xs) == 5
         if tun.conv_library and _conv_library_ok(ir, node, g, geo):
