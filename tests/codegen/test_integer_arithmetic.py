@@ -1,7 +1,8 @@
 """Integer arithmetic is exact: a hash of token ids (``ids * 1000003 % buckets``), Python's
 floor division and remainder of negative integers, ``abs``, ``clamp`` and ``maximum`` of int64
-and int32 values, each past float32's 2**24, generated and compared with PyTorch in the CPU
-emulation (float32 arithmetic would be thousands off)."""
+and int32 values, cumulative sums of integers and booleans, each past float32's 2**24, and
+integer grids (``meshgrid``, ``cartesian_prod``), generated and compared with PyTorch in the
+CPU emulation (float32 arithmetic would be thousands off)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ EXPRS = [
     "(a * 1000003 - b) // 7 + (a * 1000003) % -9",
     "(a * 4099 - b * 8191).abs().clamp(max=150000000) + torch.maximum(a * 3001, n.long() * 5003)",
     "(n * 50021) // 13 + (n * 50021) % 11",
+    # scans of integers and booleans: int64 sums, position ids from a mask
+    "(a * 1000).cumsum(-1) + (a > 0).cumsum(1) - 1",
+    # integer coordinates from meshgrid and cartesian_prod
+    "torch.meshgrid(a[0], b[1], indexing='ij')[0] * 3 + torch.meshgrid(a[1], b[2], indexing='xy')[1]",
+    "torch.cartesian_prod(a[0, :8], b[1, :5]).sum(-1)",
 ]
 
 

@@ -40,10 +40,10 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
     number of them)."""
     if name in ("meshgrid", "cartesian_prod"):
         if not tensors or any(
-            not isinstance(t, Ref) or len(ir.shapes[t]) != 1 or ir.dtypes[t] != "float32"
+            not isinstance(t, Ref) or len(ir.shapes[t]) != 1 or ir.dtypes[t] != ir.dtypes[tensors[0]]
             for t in tensors
         ):
-            return None
+            return None  # views of any one dtype (integer coordinates too)
         if name == "meshgrid" and a.get("indexing") not in (None, "ij", "xy"):
             return None
         return _grids(ir, b, tensors, a.get("indexing") == "xy", name == "cartesian_prod")

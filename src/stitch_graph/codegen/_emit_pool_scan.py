@@ -486,6 +486,7 @@ class _PoolScanEmitter(_SortEmitter):
         big = numel(xs) >= 2**31
         index = "long long" if big else "int"
         ident, combine = _SCANS[node.op]
+        run_t = _CTYPE.get(node.dtype, "float")  # an int64 sum of ints or bools counts exactly
         args = _Args(ir)
         env: dict[str, str] = {}
         pre = self.exprs(g.prologue, xs, "i", env, args)
@@ -505,12 +506,12 @@ class _PoolScanEmitter(_SortEmitter):
                 f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
                 f"r += ({index})gridDim.x * {block}) {{",
                 f"    const {index} b = {base};",
-                f"    float run = {ident};",
+                f"    {run_t} run = {ident};",
                 f"    for ({index} k = 0; k < {length}; ++k) {{",
                 f"      const {index} i = b + k * {inner};",
                 *(f"      {line}" for line in pre),
                 f"      run = {combine.format(a='run', b=value)};",
-                f"      const float v_{node.name} = run;",
+                f"      const {run_t} v_{node.name} = run;",
                 *(f"      {line}" for line in post),
                 f"      out[i] = {result};",
                 "    }",
@@ -529,24 +530,24 @@ class _PoolScanEmitter(_SortEmitter):
             f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
             f"r += ({index})gridDim.x * {warps}) {{",
             f"    const {index} b = {base};",
-            f"    float carry = {ident};",
+            f"    {run_t} carry = {ident};",
             f"    for ({index} k0 = 0; k0 < {length}; k0 += 32) {{",
             f"      const {index} k = k0 + lane;",
             f"      const {index} i = b + (k < {length} ? k : 0);",
-            f"      float run = {ident};",
+            f"      {run_t} run = {ident};",
             f"      if (k < {length}) {{",
             *(f"        {line}" for line in pre),
             f"        run = {value};",
             "      }",
             "#pragma unroll",
             "      for (int o = 1; o < 32; o <<= 1) {",
-            "        const float y = __shfl_up_sync(SG_FULL, run, o);",
+            f"        const {run_t} y = __shfl_up_sync(SG_FULL, run, o);",
             f"        if (lane >= o) run = {combine.format(a='y', b='run')};",
             "      }",
             f"      run = {combine.format(a='carry', b='run')};",
             "      carry = __shfl_sync(SG_FULL, run, 31);",
             f"      if (k < {length}) {{",
-            f"        const float v_{node.name} = run;",
+            f"        const {run_t} v_{node.name} = run;",
             *(f"        {line}" for line in post),
             f"        out[i] = {result};",
             "      }",

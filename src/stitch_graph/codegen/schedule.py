@@ -358,7 +358,11 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     if info.kind == "scan":
         src = node.args.get("input")
         out_dtype = "int64" if node.op in ("sort_indices", "topk_indices") else "float32"
-        if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != out_dtype:
+        if node.op in ("cumsum", "cumprod") and node.dtype in ("float32", "int64"):
+            out_dtype, ins = node.dtype, ("float32", "int64", "int32", "bool")  # position ids
+        else:
+            ins = ("float32",)
+        if not isinstance(src, Ref) or ir.dtypes.get(src) not in ins or node.dtype != out_dtype:
             return "unsupported", f"unsupported: {node.op} (needs float32 input and output)"
         if not isinstance(node.args.get("dim"), int):
             return "unsupported", f"unsupported: {node.op} (dim must be an int)"
