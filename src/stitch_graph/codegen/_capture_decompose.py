@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_arrange import ARRANGE_METHODS, ARRANGE_SIGNATURES, arrange
-from stitch_graph.codegen._capture_base import _subst
+from stitch_graph.codegen._capture_base import _MAX_BAKED, _subst
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
 from stitch_graph.codegen._capture_compose import (
     COMPOSE_METHODS,
@@ -541,18 +541,52 @@ def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | Non
         return None
     if len(size) != nd:
         return None
-    out = x
-    for j in reversed(range(nd)):  # PyTorch blends along the last dim inside the first's
-        tables = (_cubic_tables if a["mode"] == "bicubic" else _linear_tables)(
+    tables = [
+        (_cubic_tables if a["mode"] == "bicubic" else _linear_tables)(
             spatial[j], int(size[j]), scales[j], bool(a["align_corners"])
         )
+        for j in range(nd)
+    ]
+
+    if math.prod(int(n) for n in size) > _MAX_BAKED:
+        return _separable_blend(b, x, tables, size)
+    # the spatial dims flattened: each tap one gather at a baked joint index
+    flat = b("reshape", torch.reshape, x, [*shape[:2], math.prod(spatial)])
+
+    def placed(j: int, lead: int) -> list[int]:
+        dims = [1] * (lead + nd)
+        dims[lead + j] = int(size[j])
+        return dims
+
+    def blend(j: int, joint: torch.Tensor) -> Ref:
+        """Every dim's taps gathered from the input itself, so that the blend is one kernel,
+        with no pass writing the input resized along one dim only; in PyTorch's order, the
+        last dim blended inside the first's."""
+        if j == nd:
+            return b("index", operator.getitem, flat, (slice(None), slice(None), b.constant(joint)))
+        total = None
+        for index, weight in tables[j]:
+            picked = joint * spatial[j] + index.view(placed(j, 0))
+            scale = b("view", "view", b.constant(weight), *placed(j, 2))
+            term = b("mul", torch.mul, blend(j + 1, picked), scale)
+            total = term if total is None else b("add", torch.add, total, term)
+        return total
+
+    return blend(0, torch.zeros([1] * nd, dtype=torch.int64))
+
+
+def _separable_blend(b: _Builder, x: Ref, tables: list[Any], size: list[int]) -> Ref:
+    """The blend one dim at a time, the last first, each pass's taps gathered from the one
+    before: for outputs whose joint indices are too many to bake."""
+    nd = len(tables)
+    out = x
+    for j in reversed(range(nd)):
         dim = 2 + j
         view = [1] * (nd + 2)
         view[dim] = int(size[j])
         lead = (slice(None),) * dim
-        # each gather read once, so the scheduler puts them and the blend in one kernel
         blend = None
-        for index, weight in tables:
+        for index, weight in tables[j]:
             tap = b("index", operator.getitem, out, (*lead, b.constant(index)))
             term = b("mul", torch.mul, tap, b("view", "view", b.constant(weight), *view))
             blend = term if blend is None else b("add", torch.add, blend, term)
