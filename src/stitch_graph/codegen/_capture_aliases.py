@@ -25,6 +25,9 @@ _INPLACE_DUNDERS: dict[Any, str] = {
     operator.ifloordiv: "__ifloordiv__",
     operator.imod: "__imod__",
     operator.ipow: "__ipow__",
+    operator.iand: "__iand__",
+    operator.ior: "__ior__",
+    operator.ixor: "__ixor__",
 }
 
 
@@ -40,8 +43,10 @@ def _mutated_arg(fx_node: torch.fx.Node) -> torch.fx.Node | None:
         if isinstance(target, torch._ops.OpOverload)
         else str(target) if fx_node.op == "call_method" else getattr(target, "__name__", "")
     )
+    # operator.and_ and or_ (``a & b``) end in "_" but write nothing; ``a &= b`` is iand
+    from_operator = getattr(target, "__module__", None) in ("operator", "_operator")
     inplace = (
-        (name.endswith("_") and not name.endswith("__"))
+        (name.endswith("_") and not name.endswith("__") and not from_operator)
         or fx_node.kwargs.get("inplace") is True
         or target in _INPLACE_DUNDERS
     )

@@ -281,6 +281,7 @@ def _variant(
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
     logical = {"or": "logical_or", "and": "logical_and", "xor": "logical_xor"}
+    logical |= {f"i{k}": v for k, v in logical.items()}  # mask &= other, traced as iand
     name = op.removeprefix("bitwise_").removesuffix("_")
     if name in logical and len(call_args) == 2 and all(
         isinstance(v, Ref) and ir.dtypes.get(v) == "bool" for v in call_args
