@@ -34,6 +34,7 @@ from stitch_graph.codegen._capture_base import (
     _to_meta,
 )
 from stitch_graph.codegen._capture_broadcast_products import sum_broadcast_products_as_matmuls
+from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
@@ -351,7 +352,7 @@ def _lower_node(
     model: torch.nn.Module,
 ) -> None:
     """Lower one traced call with a tensor result: bind it in ``env``, append its node."""
-    if _bake_factory(ir, fx_node, env, ours, value):
+    if _bake_factory(ir, fx_node, env, ours, value) or _eye_compared(ir, fx_node, env, ours, value):
         return
     tensors = torch.is_tensor(value) or _is_tensor_seq(value)  # var_mean: a pair of them
     decomposed = lower_complex(ir, fx_node, env, ours, value)
@@ -401,6 +402,32 @@ def _lower_node(
 _FACTORIES = frozenset(
     {"tensor", "as_tensor", "scalar_tensor", "full", "zeros", "ones", "arange", "linspace", "eye"}
 )
+
+
+_EYE_CASTS = {torch.float32: "float", torch.int64: "long"}
+
+
+def _eye_compared(
+    ir: ProgramIR, fx_node: torch.fx.Node, env: dict[str, Any], ours: dict[Ref, Any], value: Any
+) -> bool:
+    """``torch.eye`` too large to bake, as a comparison of baked row and column numbers (a
+    pairwise mask ``1 - eye(n)`` over 512 particles): one pointwise kernel, not PyTorch."""
+    if fx_node.target is not torch.eye or not torch.is_tensor(value) or value.dim() != 2:
+        return False
+    if value.dtype != torch.bool and value.dtype not in _EYE_CASTS:
+        return False
+    rows, cols = value.shape
+    if max(rows, cols) > _MAX_BAKED:
+        return False
+    b = _Builder(ir, ours, fx_node.name)
+    row = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
+    col = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
+    ref = b("eq", torch.eq, row, col)
+    if value.dtype != torch.bool:
+        cast = _EYE_CASTS[value.dtype]
+        ref = b(cast, cast, ref)
+    env[fx_node.name] = ref
+    return True
 
 
 def _bake_factory(
