@@ -192,6 +192,11 @@ def _rewrite_call(
         return "copy_", fx_node_call(fx_node), call_args, call_kwargs
     if not isinstance(target, torch._ops.OpOverload):
         return None
+    if name in ("numpy_T", "mT", "mH", "adjoint") and isinstance(first, Ref):
+        nd = len(ir.shapes[first])  # properties, not methods: x.mT() does not run
+        if name == "numpy_T" or nd == 2:
+            return "permute", ".permute", [first, list(range(nd - 1, -1, -1))], {}
+        return "transpose", ".transpose", [first, -2, -1], {}
     if name in _ATEN_IDENTITIES and isinstance(first, Ref):
         return "identity", ".detach", [first], {}
     if name == "index" and isinstance(first, Ref) and len(call_args) == 2:

@@ -203,14 +203,43 @@ def _rnn_line(ir: ProgramIR, node: OpNode) -> str:
     return f"{node.name} = {node.call}({', '.join(args)})"
 
 
+def _index_put_line(node: OpNode) -> str:
+    """``index_put`` on a copy. ``Tensor.index_put_`` refuses a ``None`` index (a full slice,
+    ``y[:, :, cols] = v``): then basic indexing assigns, or, to accumulate, each ``None`` is
+    the dim's positions (``arange``), shaped to broadcast against 1-d index tensors."""
+    base, indices, values, *rest = node.call_args
+    accumulate = bool(rest[0] if rest else node.call_kwargs.get("accumulate", False))
+    name, indices = node.name, list(indices)
+    copy = f"{name} = {_render(base)}.clone(); "
+    if None not in indices:
+        return f"{copy}{name}.index_put_({_render(tuple(indices))}, {_render(values)}, {accumulate})"
+    if not accumulate:
+        index = tuple(slice(None) if i is None else i for i in indices)
+        return f"{copy}{name}[{_render(index)}] = {_render(values)}"
+    count = len(indices)
+    parts = []
+    for k, index in enumerate(indices):
+        shape = ", ".join("-1" if j == k else "1" for j in range(count))
+        if index is None:
+            parts.append(f"torch.arange({name}.shape[{k}], device={name}.device).view({shape})")
+        else:
+            parts.append(f"{_render(index)}.reshape({shape})")
+    return f"{copy}{name}.index_put_(({', '.join(parts)},), {_render(values)}, True)"
+
+
 def _torch_line(node: OpNode) -> str:
     if node.op == "setitem":  # y[index] = value on a copy: the node is a new tensor
         base, index, value = (_render(a) for a in node.call_args)
         return f"{node.name} = {base}.clone(); {node.name}[{index}] = {value}"
+    if node.op == "index_put":
+        return _index_put_line(node)
     args = [_render(a) for a in node.call_args]
     kwargs = [f"{k}={_render(v)}" for k, v in node.call_kwargs.items()]
     if node.call.startswith("."):
-        target = f"{args[0]}{node.call}"
+        # an in-place method left to PyTorch writes a copy: its operand may be the caller's
+        # input or a value other kernels read (later reads take this node's result)
+        inplace = node.call.endswith("_") and not node.call.endswith("__")
+        target = f"{args[0]}{'.clone()' if inplace else ''}{node.call}"
         rest = ", ".join(args[1:] + kwargs)
     else:
         target = node.call
@@ -370,7 +399,9 @@ def emit_candidate(
         body.append(line)
         if kind != "view":
             # the reference op and the PyTorch call that computes it (matmul may run as bmm)
-            for name in (node.op, node.call.rsplit(".", 1)[-1]):
+            # and the copy an in-place call left to PyTorch writes (``_torch_line``)
+            copies = ["clone"] if ".clone()" in line else []
+            for name in (node.op, node.call.rsplit(".", 1)[-1], *copies):
                 if name not in declared:
                     declared.append(name)
     body.extend(guards)
