@@ -1,5 +1,5 @@
 """Views and the ops written as views of their input: ``diagonal``, ``trace``, ``diag`` of a
-matrix, ``F.unfold`` (im2col), ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``. Each
+matrix (and a vector's diagonal matrix, ``diag_embed``: a ``where`` of row and column numbers), ``F.unfold`` (im2col), ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``. Each
 must be fully generated (nothing left to PyTorch) and match PyTorch in the CPU emulation."""
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ EXPRS = [
     "torch.renorm(x, 2, 1, 3.0) + torch.renorm(y, 1, 0, 20.0)",
     # a matrix's diagonal (a ranking loss's matching pairs), as a function and as methods
     "torch.diag(x[0, 0] @ y[0, 0].t()).view(-1, 1) + x[1, 1].diag(1).sum() + x[2, 2].trace()",
+    # a vector's diagonal matrix, and a batch of them
+    "torch.diag(x[0, 0, 0]) + 1 + torch.diag_embed(y[:, :, 0]).sum(0)[0]",
+    "x[0, 0].sum(0).diag() @ y[0, 0, 0].diag_embed() + torch.diag_embed(x[1, 1])[2]",
 ]
 
 
@@ -63,8 +66,3 @@ def test_an_exported_tensor_unfold_stays_a_view(tmp_path: Path) -> None:
     assert capture_program(task).method == "export"  # forward's default argument forces it
     assert not program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
-
-
-def test_the_diagonal_matrix_of_a_vector_stays_in_pytorch() -> None:
-    _, program = generate_checked(_PROBLEM.format(expr="torch.diag(x[0, 0, 0]) + 1"))
-    assert "diag" in program.declared_torch_ops

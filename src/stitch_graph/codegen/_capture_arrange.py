@@ -21,12 +21,13 @@ ARRANGE_SIGNATURES = {
     "unfold": "input, kernel_size, dilation=1, padding=0, stride=1",
     "trace": "input",
     "diag": "input, diagonal=0",
+    "diag_embed": "input, offset=0, dim1=-2, dim2=-1",
     "kron": "input, other",
     "meshgrid": "indexing=None",  # and any number of 1-D tensors
     "cartesian_prod": "",
     "renorm": "input, p, dim, maxnorm",
 }
-ARRANGE_METHODS = frozenset({"diag", "trace"})  # also taken as tensor methods (x.diag())
+ARRANGE_METHODS = frozenset({"diag", "diag_embed", "trace"})  # also taken as tensor methods (x.diag())
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -56,16 +57,31 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
         if len(ir.shapes[x]) != 2:
             return None
         return b("sum", torch.sum, b("diagonal", torch.diagonal, x))
-    if name == "diag":  # of a matrix: its diagonal, a view (a vector's diag matrix stays)
+    if name == "diag":  # of a matrix: its diagonal, a view; of a vector, its diagonal matrix
         offset = a.get("diagonal", 0)
+        if len(ir.shapes[x]) == 1 and offset == 0:
+            return _diagonal_matrices(b, x, ir.shapes[x][0])
         if len(ir.shapes[x]) != 2 or not isinstance(offset, int):
             return None
         return b("diagonal", torch.diagonal, x, offset)
+    if name == "diag_embed":
+        nd = len(ir.shapes[x])
+        if a["offset"] != 0 or (a["dim1"] % (nd + 1), a["dim2"] % (nd + 1)) != (nd - 1, nd):
+            return None
+        return _diagonal_matrices(b, x, ir.shapes[x][-1])
     if name == "kron":
         return _kron(ir, b, x, a["other"])
     if name == "renorm":
         return _renorm(ir, b, x, a)
     return None
+
+
+def _diagonal_matrices(b: _Builder, x: Ref, n: int) -> Ref:
+    """Each last-dim vector of ``x`` on the diagonal of an n x n matrix, zeros elsewhere: one
+    pointwise ``where`` of the positions' row and column numbers compared."""
+    rows = b("view", "view", b.constant(torch.arange(n)), n, 1)
+    cols = b("view", "view", b.constant(torch.arange(n)), 1, n)
+    return b("where", torch.where, b("eq", torch.eq, rows, cols), b("unsqueeze", "unsqueeze", x, -1), 0.0)
 
 
 def _im2col(ir: ProgramIR, b: _Builder, x: Ref, a: dict[str, Any]) -> Ref | None:

@@ -4,7 +4,8 @@ equal to ``y`` outside the assigned region.
 
 Basic indexing (ints, slices with steps, ``...``) becomes one ``setitem`` node, an indexed
 pointwise op that reads the value where the output coordinate is in the region and ``y``
-elsewhere; a boolean mask of ``y``'s shape with a scalar becomes a ``where``. The capture then
+elsewhere; a boolean mask of ``y``'s shape (or of its leading dims) with a scalar becomes a
+``where``. The capture then
 treats the assignment as an in-place write of ``y`` (``_capture_aliases``): later reads of ``y``
 see the new tensor. Float32, int64 and bool tensors take values of their own kind. Advanced
 indices, ``None`` and assignment into parameters stay refused.
@@ -99,10 +100,19 @@ def lower_setitem(
         return None
     mask = _subst(index, env)
     if isinstance(mask, Ref):
-        if ir.dtypes.get(mask) != "bool" or tuple(ir.shapes[mask]) != shape:
+        held = tuple(ir.shapes[mask])
+        if ir.dtypes.get(mask) != "bool" or held != shape[: len(held)]:
             return None
         if isinstance(value, Ref) and ir.shapes[value] != ():
             return None  # y[m] = v takes v's elements in mask order
+        if held != shape:  # a mask of the leading dims (padded tokens of (B, T, D))
+            if not ir.is_contiguous(mask):
+                return None
+            spread = [*held, *[1] * (len(shape) - len(held))]
+            mask = _append(ir, ours, OpNode(
+                f"{name}_mask", "view", {"input": mask, "shape": spread}, tuple(spread),
+                "bool", ".view", [mask, *spread], {},
+            ))
         node = OpNode(
             name, "where", {"condition": mask, "input": value, "other": base}, shape,
             dtype, "torch.where", [mask, value, base], {},
