@@ -69,3 +69,13 @@ def test_the_program_matches_and_leaves_its_input(body: str, tmp_path: Path) -> 
     before = x.clone()
     model(x)
     assert torch.equal(x, before)
+
+
+def test_an_exported_gather_by_two_index_tensors_is_generated(tmp_path: Path) -> None:
+    body = """acc = x[:, 0]
+        for t in range(1, x.shape[1]):
+            acc = acc + x[:, t]
+        return x[:, self.rows, self.cols] * acc[:, :3]"""
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -95,6 +95,11 @@ def _decompose(
     if fx_node.target is operator.getitem and len(args) == 2 and isinstance(args[0], Ref):
         b = _Builder(ir, ours, fx_node.name)
         return _all_or_nothing(ir, lambda: _joint_index(ir, b, args[0], args[1]))
+    if fx_node.target is torch.ops.aten.index.Tensor and len(args) == 2 and isinstance(args[0], Ref):
+        # the exported x[i, j]: aten.index(x, [i, j]), None for a full slice
+        index = tuple(slice(None) if i is None else i for i in args[1])
+        b = _Builder(ir, ours, fx_node.name)
+        return _all_or_nothing(ir, lambda: _joint_index(ir, b, args[0], index))
     if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
         idx, weight = args[0], args[1]
         rest = dict(zip(("padding_idx", "max_norm"), args[2:4], strict=False)) | kwargs
