@@ -87,6 +87,8 @@ EXPRS = [
     "torch.take_along_dim(y, (x.clamp(-5, 5).abs() * 2).long().clamp(max=7), dim=3)",
     "F.channel_shuffle(y.flatten(2).unsqueeze(-1)[:, :4], 2).squeeze(-1)",
     "torch.trapezoid(y, dim=2) + torch.trapezoid(y, dx=0.5, dim=-1).sum(-1, keepdim=True)",
+    # at sample points (a tensor of y's shape, or a vector along dim), and trapz
+    "torch.trapezoid(y, y.abs().cumsum(2), dim=2) + torch.trapz(y, dim=2) + torch.trapezoid(y, x[0, 0, :, 0].abs().cumsum(0), dim=2)",  # noqa: E501
     "torch.rot90(y, 1, (2, 3)) + torch.rot90(y, 3, (2, 3)) * 2",
     "torch.rot90(y, 2, (2, 3)) + torch.rot90(y, -1, (2, 3)).transpose(2, 3) + torch.rot90(y[0, 0], 2)[0]",  # noqa: E501
     "F.one_hot((x.clamp(-5, 5).abs() * 2).long().clamp(max=7), 8)",

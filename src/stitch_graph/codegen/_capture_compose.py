@@ -33,7 +33,8 @@ COMPOSE_SIGNATURES = {
     "linalg_norm": "input, ord=None, dim=None, keepdim=False, dtype=None",
     "take_along_dim": "input, indices, dim=None",
     "channel_shuffle": "input, groups",
-    "trapezoid": "input, dx=None, dim=-1",
+    "trapezoid": "input, dx=None, dim=-1",  # a tensor second argument: the sample points
+    "trapz": "input, dx=None, dim=-1",
     "rot90": "input, k=1, dims=None",
     "one_hot": "input, num_classes=-1",
     "cross": "input, other, dim=None",
@@ -203,7 +204,7 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _lp_pool(b, x, name, a)
     if name == "local_response_norm" and floating:
         return _local_response_norm(ir, b, x, int(a["size"]), a["alpha"], a["beta"], a["k"])
-    if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "rot90", "cross"):
+    if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "trapz", "rot90", "cross"):  # noqa: E501
         return _rearranged(ir, b, name, a) if floating else None
     if name == "logit" and floating:
         z = x if a["eps"] is None else b(
@@ -351,10 +352,12 @@ def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref
         split = b("view", "view", x, shape[0], groups, shape[1] // groups, *shape[2:])
         dense = b("copy", "contiguous", b("transpose", torch.transpose, split, 1, 2))
         return b("view", "view", dense, *shape)
-    if name == "trapezoid":  # PyTorch's own formula: dx * (sum - (first + last) / 2)
+    if name in ("trapezoid", "trapz"):  # PyTorch's own formula: dx * (sum - (first + last) / 2)
+        d = int(a["dim"]) % len(shape)
+        if isinstance(a["dx"], Ref):
+            return _trapezoid_at(ir, b, x, a["dx"], d)
         if not isinstance(a["dx"], int | float | None):
             return None
-        d = int(a["dim"]) % len(shape)
         ends = b("add", torch.add, b("select", torch.select, x, d, 0), b("select", torch.select, x, d, -1))  # noqa: E501
         total = b("sub", torch.sub, b("sum", torch.sum, x, d), b("mul", torch.mul, ends, 0.5))
         return total if a["dx"] is None else b("mul", torch.mul, total, float(a["dx"]))
@@ -382,6 +385,25 @@ def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref
         for i, j in ((1, 2), (2, 0), (0, 1))
     ]
     return b("cat", torch.cat, parts, d)
+
+
+def _trapezoid_at(ir: ProgramIR, b: _Builder, y: Ref, at: Ref, d: int) -> Ref | None:
+    """The trapezoid rule over sample points ``at`` (of ``y``'s shape, or 1-d along ``d``), as
+    PyTorch computes it: ``(diff(at) * (y[:-1] + y[1:])).sum(d) / 2``."""
+    shape, n = ir.shapes[y], ir.shapes[y][d]
+    one = len(ir.shapes[at]) == 1 and len(shape) > 1
+    if ir.dtypes[at] != "float32" or (ir.shapes[at] != shape and not (one and ir.shapes[at][0] == n)):
+        return None
+    axis = 0 if one else d
+
+    def part(t: Ref, start: int, dim: int) -> Ref:
+        return b("narrow", torch.narrow, t, dim, start, n - 1)
+
+    steps = b("sub", torch.sub, part(at, 1, axis), part(at, 0, axis))
+    if one:
+        steps = b("view", "view", steps, *[n - 1 if k == d else 1 for k in range(len(shape))])
+    pairs = b("add", torch.add, part(y, 0, d), part(y, 1, d))
+    return b("div", torch.div, b("sum", torch.sum, b("mul", torch.mul, steps, pairs), d), 2.0)
 
 
 def _bilinear(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
