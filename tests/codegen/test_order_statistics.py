@@ -40,6 +40,9 @@ EXPRS = [
     ("torch.kthvalue(x, 7, dim=1)[0]", "4, 19, 6"),
     ("torch.median(x, dim=-1)[0] + torch.median(x, dim=1, keepdim=True).values.sum(-1)", "4, 9, 20"),  # noqa: E501
     ("torch.median(x) * torch.ones(3)", "4, 9, 20"),
+    # a loop over a traced size sends the capture to torch.export, whose graph picks the
+    # unused indices of the pair too
+    ("torch.median(x, dim=1).values + sum(x[:, i] for i in range(x.shape[1]))", "4, 9, 20"),
     ("torch.quantile(x, 0.3, dim=-1, keepdim=True) + torch.quantile(x, 1.0, dim=-1, keepdim=True)", "5, 2, 33"),  # noqa: E501
     ("torch.quantile(x.flatten(1), 0.75, dim=1)", "6, 3, 2000"),  # 6000 keys: 8192 padded
     # ties (the two zeros) in the order a stable sort keeps; an unstable one may swap them

@@ -43,7 +43,8 @@ def uses(fx_node: torch.fx.Node) -> set[int] | None:
     used = set()
     for user in fx_node.users:
         if user.target is operator.getitem and user.args[1] in (0, 1):
-            used.add(int(user.args[1]))
+            if user.users:  # an exported graph picks the unused indices too
+                used.add(int(user.args[1]))
         elif user.target is builtins.getattr and user.args[1] in ("values", "indices"):
             used.add(0 if user.args[1] == "values" else 1)
         else:
