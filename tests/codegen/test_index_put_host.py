@@ -79,3 +79,14 @@ def test_an_exported_gather_by_two_index_tensors_is_generated(tmp_path: Path) ->
     task, program = generate_checked(_PROBLEM.format(body=body))
     assert not program.declared_torch_ops, program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_exported_index_factories_are_baked(tmp_path: Path) -> None:
+    body = """r, c = torch.tril_indices(6, 8)
+        acc = x[:, 0]
+        for t in range(1, x.shape[1]):
+            acc = acc + x[:, t]
+        return x[:, r, c] * acc[:, :1]"""
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

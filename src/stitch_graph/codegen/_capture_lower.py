@@ -400,7 +400,10 @@ def _lower_node(
 
 
 _FACTORIES = frozenset(
-    {"tensor", "as_tensor", "scalar_tensor", "full", "zeros", "ones", "arange", "linspace", "eye"}
+    {
+        "tensor", "as_tensor", "scalar_tensor", "full", "zeros", "ones", "arange", "linspace",
+        "eye", "tril_indices", "triu_indices", "logspace",
+    }
 )
 
 
