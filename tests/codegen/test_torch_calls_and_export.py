@@ -1,8 +1,10 @@
-"""Assignments with tensor indices stay in PyTorch, written on a copy: ``y = x.clone();
-y[rows, cols] = 0`` leaves ``x`` (the caller's input) as it was, and a full slice before the
-index (``y[:, :, cols] = 0``), which ``Tensor.index_put_`` refuses, is basic indexing. Any other
-in-place call left to PyTorch writes a copy too. Matrix transposes as properties (``w.mT``,
-``w.T``) on the ``torch.export`` path are views, not calls. Each run on the CPU against
+"""Host code for what stays in PyTorch, and the ``torch.export`` path's spellings.
+Assignments with tensor indices are written on a copy: ``y = x.clone(); y[rows, cols] = 0``
+leaves ``x`` (the caller's input) as it was, and a full slice before the index
+(``y[:, :, cols] = 0``), which ``Tensor.index_put_`` refuses, is basic indexing; any other
+in-place call left to PyTorch writes a copy too. On the export path, matrix transposes as
+properties (``w.mT``, ``w.T``) are views, not calls, a gather by two index tensors is
+generated, and index factories (``tril_indices``) are baked. Each run on the CPU against
 PyTorch."""
 
 from __future__ import annotations
