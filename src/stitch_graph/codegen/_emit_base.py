@@ -69,8 +69,8 @@ def _scalar(value: Any, default: Any, integer: str | None = None) -> str:
     if isinstance(value, float) and math.isinf(value):
         limit = _INTEGER_LIMITS[integer]
         value = limit if value > 0 else -limit - 1
-    if isinstance(value, int):
-        return f"(({integer}){value}LL)" if value >= 0 else f"(({integer})({value + 1}LL - 1))"
+    if isinstance(value, int):  # the most negative long long has no literal of its own
+        return f"(({integer})({value + 1}LL - 1))" if value == -(2**63) else f"(({integer}){value}LL)"
     return _literal(value)
 
 

@@ -205,26 +205,15 @@ def _rnn_line(ir: ProgramIR, node: OpNode) -> str:
 
 def _index_put_line(node: OpNode) -> str:
     """``index_put`` on a copy. ``Tensor.index_put_`` refuses a ``None`` index (a full slice,
-    ``y[:, :, cols] = v``): then basic indexing assigns, or, to accumulate, each ``None`` is
-    the dim's positions (``arange``), shaped to broadcast against 1-d index tensors."""
+    as the exported ``y[:, :, cols] = v`` has it): basic indexing assigns that one."""
     base, indices, values, *rest = node.call_args
     accumulate = bool(rest[0] if rest else node.call_kwargs.get("accumulate", False))
     name, indices = node.name, list(indices)
     copy = f"{name} = {_render(base)}.clone(); "
-    if None not in indices:
-        return f"{copy}{name}.index_put_({_render(tuple(indices))}, {_render(values)}, {accumulate})"
-    if not accumulate:
+    if None in indices and not accumulate:
         index = tuple(slice(None) if i is None else i for i in indices)
         return f"{copy}{name}[{_render(index)}] = {_render(values)}"
-    count = len(indices)
-    parts = []
-    for k, index in enumerate(indices):
-        shape = ", ".join("-1" if j == k else "1" for j in range(count))
-        if index is None:
-            parts.append(f"torch.arange({name}.shape[{k}], device={name}.device).view({shape})")
-        else:
-            parts.append(f"{_render(index)}.reshape({shape})")
-    return f"{copy}{name}.index_put_(({', '.join(parts)},), {_render(values)}, True)"
+    return f"{copy}{name}.index_put_({_render(tuple(indices))}, {_render(values)}, {accumulate})"
 
 
 def _torch_line(node: OpNode) -> str:
