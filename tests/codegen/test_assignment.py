@@ -35,6 +35,8 @@ BODIES = {
     "tensor_broadcast_into_a_slice": "z = torch.zeros_like(x)\nz[1:, :, 2:5] = y[2:5]\nreturn z + 1",
     "stepped_slices_and_ellipsis": "z = x * 1\nz[..., ::3] = -1.0\nz[0, 1::2, :, 1:7:2] = y[:, 1:7:2]\nreturn torch.relu(z)",  # noqa: E501
     "boolean_mask_with_a_scalar": "z = x.clone()\nz[z < 0] = 0.5\nreturn z.sum(-1)",
+    # a sinusoidal table filled in a constant the forward builds
+    "into_a_constant_of_the_forward": "pe = torch.zeros(6, 8, device=x.device)\npe[:, 0::2] = torch.sin(y[:, 0::2])\npe[:, 1::2] = torch.cos(y[:, 1::2])\nreturn x + pe",  # noqa: E501
     # padded positions of (B, T, D) zeroed by a mask of (B, T), then a slice written
     "mask_of_the_leading_dims": "z = x * 2\nz[x[..., 0, 0] > 0] = 0.0\nz[:, 0] = 1.0\nreturn z + 1",
     "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",

@@ -27,6 +27,7 @@ class _PropagationError(CaptureError):
 
 
 _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake into host code
+BAKED_PREFIX = "_const_"  # the name of a constant the forward builds (no module attribute)
 
 
 def _bake(ir: ProgramIR, ours: dict[Ref, Any], name: str, tensor: torch.Tensor) -> Ref:

@@ -7,7 +7,14 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _MAX_BAKED, CaptureError, _bake, _meta, _to_meta
+from stitch_graph.codegen._capture_base import (
+    _MAX_BAKED,
+    BAKED_PREFIX,
+    CaptureError,
+    _bake,
+    _meta,
+    _to_meta,
+)
 from stitch_graph.codegen._capture_names import _qualname
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import lookup
@@ -77,7 +84,7 @@ class _Builder:
             msg = f"a constant of {tensor.numel()} elements is too large to bake"
             raise CaptureError(msg)
         self.count += 1
-        return _bake(self.ir, self.ours, f"_const_{self.name}__{self.count}", tensor)
+        return _bake(self.ir, self.ours, f"{BAKED_PREFIX}{self.name}__{self.count}", tensor)
 
 
 def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:

@@ -23,6 +23,7 @@ from stitch_graph.artifacts import Task
 from stitch_graph.codegen._capture_aliases import _is_buffer_update, _mutated_arg, _Writes
 from stitch_graph.codegen._capture_base import (
     _MAX_BAKED,
+    BAKED_PREFIX,
     CaptureError,
     _bake,
     _fetch_attr,
@@ -460,7 +461,7 @@ def _bake_factory(
         return False
     if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
         return False
-    env[fx_node.name] = _bake(ir, ours, f"_const_{fx_node.name}", tensor)
+    env[fx_node.name] = _bake(ir, ours, f"{BAKED_PREFIX}{fx_node.name}", tensor)
     return True
 
 
