@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import BAKED_PREFIX, CaptureError, _flat
+from stitch_graph.codegen._capture_base import CaptureError, _flat, module_state
 from stitch_graph.codegen.ir import ProgramIR, Ref
 
 _INPLACE_DUNDERS: dict[Any, str] = {
@@ -147,23 +147,17 @@ class _Writes:
                 f"{fx_node.name}: writes into input {before.name} in place; the generated "
                 "program leaves its inputs unchanged"
             )
-        if not isinstance(after, Ref) or (isinstance(before, Ref) and _module_state(before)):
+        if not isinstance(after, Ref) or (isinstance(before, Ref) and module_state(before)):
             return  # a dropped buffer update, or state that outlives the call: not rebound
         for other in self.nodes:
             ref = env.get(other.name)
-            if not isinstance(ref, Ref) or _module_state(ref):
+            if not isinstance(ref, Ref) or module_state(ref):
                 continue
             if _same_tensor(other.meta.get("sg_value"), written):
                 env[other.name] = after
                 self.seen[other.name] = {s: self.versions[s] for s in _storages(written)}
         self.seen[mutated.name] = {s: self.versions[s] for s in _storages(written)}
         env[mutated.name] = after
-
-
-def _module_state(ref: Ref) -> bool:
-    """Whether ``ref`` is a parameter or buffer of the module, which outlives the call (a
-    constant the forward builds, ``torch.zeros(T, d)`` to fill, does not)."""
-    return ref.kind == "param" and not ref.name.startswith(BAKED_PREFIX)
 
 
 def _is_buffer_update(fx_node: torch.fx.Node, env: dict[str, Any]) -> bool:

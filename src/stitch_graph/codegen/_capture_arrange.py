@@ -76,12 +76,17 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
     return None
 
 
+def diagonal_mask(b: _Builder, rows: int, cols: int) -> Ref:
+    """``eye(rows, cols)`` as bools: baked row and column numbers compared, a pointwise op
+    where a baked matrix would be too large."""
+    row = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
+    col = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
+    return b("eq", torch.eq, row, col)
+
+
 def _diagonal_matrices(b: _Builder, x: Ref, n: int) -> Ref:
-    """Each last-dim vector of ``x`` on the diagonal of an n x n matrix, zeros elsewhere: one
-    pointwise ``where`` of the positions' row and column numbers compared."""
-    rows = b("view", "view", b.constant(torch.arange(n)), n, 1)
-    cols = b("view", "view", b.constant(torch.arange(n)), 1, n)
-    return b("where", torch.where, b("eq", torch.eq, rows, cols), b("unsqueeze", "unsqueeze", x, -1), 0.0)
+    """Each last-dim vector of ``x`` on the diagonal of an n x n matrix, zeros elsewhere."""
+    return b("where", torch.where, diagonal_mask(b, n, n), b("unsqueeze", "unsqueeze", x, -1), 0.0)
 
 
 def _im2col(ir: ProgramIR, b: _Builder, x: Ref, a: dict[str, Any]) -> Ref | None:

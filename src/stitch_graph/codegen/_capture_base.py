@@ -30,6 +30,12 @@ _MAX_BAKED = 1 << 16  # elements of a constant tensor we are willing to bake int
 BAKED_PREFIX = "_const_"  # the name of a constant the forward builds (no module attribute)
 
 
+def module_state(ref: Ref) -> bool:
+    """Whether ``ref`` is a parameter or buffer of the module, which outlives the call (a
+    constant the forward builds, ``torch.zeros(T, d)`` to fill, does not)."""
+    return ref.kind == "param" and not ref.name.startswith(BAKED_PREFIX)
+
+
 def _bake(ir: ProgramIR, ours: dict[Ref, Any], name: str, tensor: torch.Tensor) -> Ref:
     """``tensor`` (on the CPU) as a non-persistent buffer ``name`` whose values the host code
     holds; its ``Ref``, with shape, strides, dtype and meta tensor recorded."""

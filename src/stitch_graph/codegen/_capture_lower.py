@@ -21,6 +21,7 @@ import torch.fx
 
 from stitch_graph.artifacts import Task
 from stitch_graph.codegen._capture_aliases import _is_buffer_update, _mutated_arg, _Writes
+from stitch_graph.codegen._capture_arrange import diagonal_mask
 from stitch_graph.codegen._capture_base import (
     _MAX_BAKED,
     BAKED_PREFIX,
@@ -424,9 +425,7 @@ def _eye_compared(
     if max(rows, cols) > _MAX_BAKED:
         return False
     b = _Builder(ir, ours, fx_node.name)
-    row = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
-    col = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
-    ref = b("eq", torch.eq, row, col)
+    ref = diagonal_mask(b, rows, cols)
     if value.dtype != torch.bool:
         cast = _EYE_CASTS[value.dtype]
         ref = b(cast, cast, ref)

@@ -49,6 +49,10 @@ _OPERATORS: dict[Any, str] = {
     operator.ne: "ne",
     operator.abs: "abs",
 }
+# mask | mask as a logical op, and mask &= other (traced as iand) too
+_LOGICAL = {
+    f"{prefix}{op}": f"logical_{op}" for op in ("or", "and", "xor") for prefix in ("", "i")
+}
 _QUALNAMES: dict[int, str] = {}  # id of a public callable -> its dotted name, filled on first use
 
 
@@ -285,13 +289,11 @@ def _variant(
     first = call_args[0] if call_args else None
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
-    logical = {"or": "logical_or", "and": "logical_and", "xor": "logical_xor"}
-    logical |= {f"i{k}": v for k, v in logical.items()}  # mask &= other, traced as iand
     name = op.removeprefix("bitwise_").removesuffix("_")
-    if name in logical and len(call_args) == 2 and all(
+    if name in _LOGICAL and len(call_args) == 2 and all(
         isinstance(v, Ref) and ir.dtypes.get(v) == "bool" for v in call_args
     ):
-        return logical[name], {"input": call_args[0], "other": call_args[1]}, attrs  # mask | mask
+        return _LOGICAL[name], {"input": call_args[0], "other": call_args[1]}, attrs  # mask | mask
     if op == "div" and bound.get("rounding_mode") == "floor":
         return "div_floor", bound, attrs
     if op == "div" and bound.get("rounding_mode") == "trunc":

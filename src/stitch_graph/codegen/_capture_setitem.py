@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from stitch_graph.codegen._capture_base import BAKED_PREFIX, _subst
+from stitch_graph.codegen._capture_base import _subst, module_state
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
 
 # the tensors assigned into, and the Python values each takes (a mask's ``m[:, :1] = True``)
@@ -92,7 +92,7 @@ def lower_setitem(
     dtype = ir.dtypes.get(base) if isinstance(base, Ref) else None
     if not isinstance(base, Ref) or dtype not in _VALUES:
         return None
-    if base.kind == "param" and not base.name.startswith(BAKED_PREFIX):
+    if module_state(base):
         return None  # a parameter or buffer of the module; a forward's own constant is new
 
     shape = tuple(ir.shapes[base])
