@@ -222,6 +222,10 @@ def _torch_line(node: OpNode) -> str:
         return f"{node.name} = {base}.clone(); {node.name}[{index}] = {value}"
     if node.op == "index_put":
         return _index_put_line(node)
+    if node.call == "operator.getitem" and len(node.call_args) == 2 and not node.call_kwargs:
+        base, index = (_render(a) for a in node.call_args)
+        element = node.attrs.get("tuple_element")
+        return f"{node.name} = {base}[{index}]" + ("" if element is None else f"[{element}]")
     args = [_render(a) for a in node.call_args]
     kwargs = [f"{k}={_render(v)}" for k, v in node.call_kwargs.items()]
     if node.call.startswith("."):
