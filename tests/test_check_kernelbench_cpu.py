@@ -46,3 +46,14 @@ def test_the_batch_is_shrunk_and_the_program_matches_in_training_mode(tmp_path: 
     assert row["ok"], row
     assert row["declared"] == ["randn"] and row["kernels"] >= 1
     assert row["err"] <= 1e-4 and row["err_f64"] <= 1e-4
+
+
+def test_the_error_agrees_on_nan_and_infinity_on_both_sides() -> None:
+    import torch
+
+    tool = load_tool("check_kernelbench_cpu")
+    nan, inf = float("nan"), float("inf")
+    same = torch.tensor([nan, inf, -inf, 1.0])
+    assert tool._max_error([same], [same.clone()]) == 0.0
+    assert tool._max_error([same], [torch.tensor([0.0, inf, -inf, 1.0])]) == inf
+    assert tool._max_error([same], [torch.tensor([nan, inf, -inf, 1.5])]) == 0.5

@@ -56,13 +56,46 @@ def test_the_assignment_is_generated_and_matches_pytorch(name: str, tmp_path: Pa
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
+# (body, regions written in place): a buffer of the program that nothing reads after the
+# assignment takes the region's stores alone; an input is copied, and an assignment its reader
+# computes on load needs no kernel of its own
+IN_PLACE = [
+    ("z = x * 2\nz[:, 0] *= 3.0\nz[..., 1:7:2] = y[:, 1:7:2]\nreturn torch.relu(z)", 2),
+    ("z = x * 2\nz[1:] = z[:-1] + 1\nreturn z", 1),  # the value is computed first, apart
+    ("x[:, :, 0] = y[0]\nreturn x * x", 0),
+    ("z = x * 2\nw = z.sum(1)\nz[:, 0] = 1.0\nreturn z + w.unsqueeze(1)", 0),
+]
+
+
+@pytest.mark.parametrize(("body", "in_place"), IN_PLACE)
+def test_a_region_is_stored_in_place_where_nothing_reads_it_after(
+    body: str, in_place: int, tmp_path: Path
+) -> None:
+    lines = "\n".join(f"        {line}" for line in body.splitlines())
+    task, program = generate_checked(_PROBLEM.format(body=lines))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert program.host_source.count("the region written in place") == in_place
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
 def test_a_view_read_after_the_write_is_refused() -> None:
     body = "        z = x.clone()\n        v = z[0]\n        z[0] = 1.0\n        return v + 1"
     with pytest.raises(CaptureError, match="in-place op"):
         capture_program(load_task(_PROBLEM.format(body=body)))
 
 
-def test_an_advanced_index_stays_in_pytorch() -> None:
+def test_an_integer_tensor_index_is_a_generated_scatter(tmp_path: Path) -> None:
     body = "        z = x.clone()\n        z[:, torch.tensor([1, 3])] = 5.0\n        return z * 2"
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_indices_apart_stay_in_pytorch() -> None:
+    # PyTorch moves the indexed dims to the front when a slice separates them
+    body = (
+        "        z = x.clone()\n        z[torch.tensor([0, 2]), :, torch.tensor([1, 3])] = 5.0\n"
+        "        return z * 2"
+    )
     _, program = generate_checked(_PROBLEM.format(body=body))
     assert "index_put" in program.declared_torch_ops

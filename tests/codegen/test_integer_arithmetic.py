@@ -51,3 +51,19 @@ def test_integers_are_computed_exactly(expr: str, tmp_path: Path) -> None:
     task, program = generate_checked(_PROBLEM.format(expr=expr))
     assert not program.declared_torch_ops, program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True, rtol=0, atol=0)
+
+
+# integers meeting float results: a true division of two int64 tensors, and int64 values compared
+# with or clamped by floats, which C would divide as integers or find ambiguous
+MIXED = [
+    "a / b + n / 7",
+    "torch.maximum(a, b * 1.5 - 4e4) + torch.clamp(n, -2.5e4, 3.5e4)",
+    "torch.where(a > 0, a, b) / 3 + (a - b).float() * 0.5",
+]
+
+
+@pytest.mark.parametrize("expr", MIXED)
+def test_integers_promote_to_float_as_pytorch_does(expr: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -53,3 +53,21 @@ def test_a_large_output_blends_one_dim_at_a_time(tmp_path: Path) -> None:
     assert not program.declared_torch_ops
     assert planned_kernels(source) == 2
     check_on_cpu(task, program, tmp_path)
+
+
+# nearest to sizes that are not whole multiples: one gather at PyTorch's source indices; area
+# by a scale factor: adaptive average pooling to the size it floors to
+GATHERED = [
+    ("F.interpolate(x, scale_factor=1.7, mode='nearest') + 1.0", "2, 3, 6, 5"),
+    ("F.interpolate(x, size=(11, 13), mode='nearest-exact') * 2.0", "2, 3, 8, 10"),
+    ("F.interpolate(x, scale_factor=3, mode='nearest') - 1.0", "2, 3, 4, 5"),
+    ("F.interpolate(x, size=7, mode='nearest')", "2, 3, 5"),
+    ("F.interpolate(x, scale_factor=0.5, mode='area') + 1.0", "2, 3, 9, 8"),
+]
+
+
+@pytest.mark.parametrize(("expr", "shape"), GATHERED)
+def test_nearest_and_area_to_any_size(expr: str, shape: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(expr=expr, shape=shape))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True, rtol=0, atol=1e-6)

@@ -87,6 +87,19 @@ class _Builder:
         return _bake(self.ir, self.ours, f"{BAKED_PREFIX}{self.name}__{self.count}", tensor)
 
 
+def _all_or_nothing(ir: ProgramIR, build: Any) -> Any:
+    """What ``build()`` returns; or ``None``, with every node it appended removed, when it
+    returns ``None`` or raises (shapes the rule does not cover: the call stays in PyTorch)."""
+    count = len(ir.nodes)
+    try:
+        result = build()
+    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
+        result = None
+    if result is None:
+        del ir.nodes[count:]
+    return result
+
+
 def _reduce_loss(b: _Builder, elem: Ref, reduction: Any, batch: int | None = None) -> Ref | None:
     if reduction == "none":
         return elem

@@ -311,12 +311,7 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         rows = b("unsqueeze", torch.unsqueeze, x, 1)
         return b("mul", torch.mul, rows, b("unsqueeze", torch.unsqueeze, y, 0))
     if name == "diff":
-        if int(a["n"]) != 1 or a["prepend"] is not None or a["append"] is not None:
-            return None
-        dim = int(a["dim"]) % len(ir.shapes[x])
-        length = ir.shapes[x][dim]
-        after = b("narrow", torch.narrow, x, dim, 1, length - 1)
-        return b("sub", torch.sub, after, b("narrow", torch.narrow, x, dim, 0, length - 1))
+        return _diff(ir, b, x, int(a["n"]), int(a["dim"]), a["prepend"], a["append"])
     if name == "repeat_interleave":
         reps, dim = a["repeats"], a["dim"]
         if not isinstance(reps, int) or dim is None or a["output_size"] is not None:
@@ -324,6 +319,26 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         dim = int(dim) % len(ir.shapes[x])
         return b("interleave", interleave, [x] * reps, dim)
     return None
+
+
+def _diff(
+    ir: ProgramIR, b: _Builder, x: Ref, n: int, dim: int, prepend: Any, append: Any
+) -> Ref | None:
+    """``diff``: ``prepend`` and ``append`` (tensors) joined on, then ``n`` times the later
+    elements less the earlier ones along ``dim``."""
+    dim %= len(ir.shapes[x])
+    edges = [prepend, append]
+    if n < 1 or any(e is not None and not isinstance(e, Ref) for e in edges):
+        return None
+    if prepend is not None or append is not None:
+        x = b("cat", torch.cat, [e for e in (prepend, x, append) if e is not None], dim)
+    for _ in range(n):
+        length = ir.shapes[x][dim]
+        if length < 2:
+            return None
+        after = b("narrow", torch.narrow, x, dim, 1, length - 1)
+        x = b("sub", torch.sub, after, b("narrow", torch.narrow, x, dim, 0, length - 1))
+    return x
 
 
 def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:

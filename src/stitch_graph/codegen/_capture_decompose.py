@@ -18,8 +18,8 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_arrange import ARRANGE_METHODS, ARRANGE_SIGNATURES, arrange
-from stitch_graph.codegen._capture_base import _MAX_BAKED, _subst
-from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
+from stitch_graph.codegen._capture_base import _subst
+from stitch_graph.codegen._capture_builder import _all_or_nothing, _Builder, _reduce_loss
 from stitch_graph.codegen._capture_compose import (
     COMPOSE_METHODS,
     COMPOSE_SIGNATURES,
@@ -27,6 +27,7 @@ from stitch_graph.codegen._capture_compose import (
     compose,
 )
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
+from stitch_graph.codegen._capture_indexing import index_put, joint_index
 from stitch_graph.codegen._capture_names import _canonical_name
 from stitch_graph.codegen._capture_order import (
     ORDER_METHODS,
@@ -35,6 +36,7 @@ from stitch_graph.codegen._capture_order import (
     returns_pair,
     uses,
 )
+from stitch_graph.codegen._capture_resize import resize
 from stitch_graph.codegen._capture_sample import SAMPLE_SIGNATURES, sample
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, parse_signature
@@ -54,6 +56,10 @@ _DECOMPOSE_SIGNATURES = {
     "cosine_similarity": "x1, x2, dim=1, eps=1e-08",
     "triplet_margin_loss": "anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
     "glu": "input, dim=-1",
+    **dict.fromkeys(
+        ("conv1d", "conv2d", "conv3d"),
+        "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1",
+    ),
     "normalize": "input, p=2.0, dim=1, eps=1e-12, out=None",
     "pixel_shuffle": "input, upscale_factor",
     "pixel_unshuffle": "input, downscale_factor",
@@ -64,6 +70,7 @@ _DECOMPOSE_SIGNATURES = {
     "gru_cell": "input, hx, w_ih, w_hh, b_ih=None, b_hh=None",
     "lstm_cell": "input, hx, w_ih, w_hh, b_ih=None, b_hh=None",
 }
+_INDEX_PUT = "input, indices, values, accumulate=False"  # Tensor.index_put_ and ATen's
 # elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
 _ELEMENTWISE_LOSSES = {
     "mse_loss": ("mse_elem", ()),
@@ -94,12 +101,18 @@ def _decompose(
         return _decompose_einsum(ir, fx_node, args, ours)
     if fx_node.target is operator.getitem and len(args) == 2 and isinstance(args[0], Ref):
         b = _Builder(ir, ours, fx_node.name)
-        return _all_or_nothing(ir, lambda: _joint_index(ir, b, args[0], args[1]))
+        return _all_or_nothing(ir, lambda: joint_index(ir, b, args[0], args[1]))
     if fx_node.target is torch.ops.aten.index.Tensor and len(args) == 2 and isinstance(args[0], Ref):
         # the exported x[i, j]: aten.index(x, [i, j]), None for a full slice
         index = tuple(slice(None) if i is None else i for i in args[1])
         b = _Builder(ir, ours, fx_node.name)
-        return _all_or_nothing(ir, lambda: _joint_index(ir, b, args[0], index))
+        return _all_or_nothing(ir, lambda: joint_index(ir, b, args[0], index))
+    if name == "index_put" and args and isinstance(args[0], Ref):
+        a = OpInfo(name, "unsupported", _INDEX_PUT, params=parse_signature(_INDEX_PUT)).bind(
+            args, kwargs)
+        b = _Builder(ir, ours, fx_node.name)
+        return _all_or_nothing(ir, lambda: index_put(
+            ir, b, a["input"], a["indices"], a["values"], bool(a["accumulate"])))
     if name == "embedding" and fx_node.op == "call_function" and len(args) >= 2:
         idx, weight = args[0], args[1]
         rest = dict(zip(("padding_idx", "max_norm"), args[2:4], strict=False)) | kwargs
@@ -143,43 +156,6 @@ def _decompose(
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
 
 
-def _joint_index(ir: ProgramIR, b: _Builder, x: Ref, index: Any) -> Ref | None:
-    """``x[i, j]`` with integer tensors on adjacent dims (``logp[torch.arange(n), target]``),
-    after full slices: one index into those dims flattened, ``i * size_j + j`` (each wrapped
-    into its dim, as negative indices are). ``None`` for any other index."""
-    items = list(index) if isinstance(index, tuple) else [index]
-    dims = [k for k, v in enumerate(items) if isinstance(v, Ref)]
-    if len(dims) < 2 or dims != list(range(dims[0], dims[0] + len(dims))):
-        return None
-    if any(v != slice(None) for k, v in enumerate(items) if k not in dims):
-        return None
-    shape = ir.shapes[x]
-    if len(items) > len(shape) or any(ir.dtypes.get(items[k]) != "int64" for k in dims):
-        return None
-    first = dims[0]
-    joint: Ref | None = None
-    for k in dims:
-        wrapped = b("remainder", torch.remainder, items[k], shape[k])
-        joint = wrapped if joint is None else b(
-            "add", torch.add, b("mul", torch.mul, joint, shape[k]), wrapped)
-    sizes = [*shape[:first], math.prod(shape[k] for k in dims), *shape[dims[-1] + 1:]]
-    flat = b("reshape", torch.reshape, x, sizes)
-    return b("index", operator.getitem, flat, (*[slice(None)] * first, joint))
-
-
-def _all_or_nothing(ir: ProgramIR, build: Any) -> Any:
-    """What ``build()`` returns; or ``None``, with every node it appended removed, when it
-    returns ``None`` or raises (shapes the rule does not cover: the call stays in PyTorch)."""
-    count = len(ir.nodes)
-    try:
-        result = build()
-    except Exception:  # noqa: BLE001 - shapes the rule does not cover: keep the call
-        result = None
-    if result is None:
-        del ir.nodes[count:]
-    return result
-
-
 def _decompose_arrange(
     ir: ProgramIR,
     fx_node: torch.fx.Node,
@@ -200,8 +176,29 @@ def _decompose_arrange(
     return _all_or_nothing(ir, lambda: arrange(ir, b, name, info.bind(args, kwargs), tensors))
 
 
+def _padded_same_conv(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """``padding='same'`` where the padding is odd in some dim (an even kernel): the input
+    padded first, the extra element on the far side as PyTorch pads it, then the convolution
+    without padding. ``None`` for any other convolution (it is lowered as it is)."""
+    x, weight = a["input"], a["weight"]
+    if a["padding"] != "same" or not isinstance(x, Ref) or not isinstance(weight, Ref):
+        return None
+    nd = int(name[-2])
+    dilation = a["dilation"]
+    dilation = list(dilation) if isinstance(dilation, list | tuple) else [dilation] * nd
+    totals = [int(d) * (k - 1) for d, k in zip(dilation, ir.shapes[weight][2:], strict=True)]
+    if all(t % 2 == 0 for t in totals):
+        return None  # symmetric: the convolution's own padding
+    pads = [side for t in reversed(totals) for side in (t // 2, t - t // 2)]
+    padded = b("pad", torch.nn.functional.pad, x, pads)
+    conv = getattr(torch.nn.functional, name)
+    return b(name, conv, padded, weight, a["bias"], a["stride"], 0, a["dilation"], a["groups"])
+
+
 def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
     F = torch.nn.functional  # noqa: N806
+    if name in ("conv1d", "conv2d", "conv3d"):
+        return _padded_same_conv(ir, b, name, a)
     if a.get("size_average") is not None or a.get("reduce") is not None:
         return None  # legacy reduction flags
     if name in _ELEMENTWISE_LOSSES:
@@ -246,11 +243,7 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
     if name in ("pixel_shuffle", "pixel_unshuffle"):
         return _pixel_shuffle(ir, b, a, name == "pixel_shuffle")
     if name == "interpolate":
-        if a["mode"] in ("linear", "bilinear", "bicubic", "trilinear"):
-            return _linear_upsample(ir, b, a)
-        if a["mode"] == "area" and a["size"] is not None and not a["antialias"]:
-            return _area(ir, b, a["input"], a["size"])
-        return _nearest_upsample(ir, b, a)
+        return resize(ir, b, a)
     if name == "pairwise_distance":
         return _distance(ir, b, a["x1"], a["x2"], a["p"], a["eps"], bool(a["keepdim"]))
     if name == "triplet_margin_loss":
@@ -318,6 +311,8 @@ def _class_loss(ir: ProgramIR, b: _Builder, a: dict[str, Any], logits: bool) -> 
     class ``weight`` as PyTorch applies them (the mean divides by the targets' weight sum)."""
     x, t, weight = a["input"], a["target"], a.get("weight")
     smoothing = float(a.get("label_smoothing") or 0.0)
+    if logits and isinstance(x, Ref) and isinstance(t, Ref) and ir.dtypes[t] == "float32":
+        return _soft_target_loss(ir, b, x, t, weight, smoothing, a["reduction"])
     if not isinstance(x, Ref) or not isinstance(t, Ref) or ir.dtypes[t] != "int64":
         return None
     xs, ts = ir.shapes[x], ir.shapes[t]
@@ -354,6 +349,22 @@ def _class_loss(ir: ProgramIR, b: _Builder, a: dict[str, Any], logits: bool) -> 
         return _reduce_loss(b, elem, a["reduction"])
     counted = b("float", "float", valid) if scale is None else b("where", torch.where, valid, scale, 0.0)  # noqa: E501
     return b("div", torch.div, b("sum", torch.sum, elem), b("sum", torch.sum, counted))
+
+
+def _soft_target_loss(
+    ir: ProgramIR, b: _Builder, x: Ref, t: Ref, weight: Any, smoothing: float, reduction: Any
+) -> Ref | None:
+    """``cross_entropy`` against class probabilities (distillation, mixup): minus the
+    targets' (smoothed) weighting of ``log_softmax`` over dim 1; the mean is over the rows."""
+    if weight is not None or ir.shapes[t] != ir.shapes[x] or ir.dtypes[x] != "float32":
+        return None
+    if len(ir.shapes[x]) < 2:
+        return None
+    if smoothing:
+        t = b("add", torch.add, b("mul", torch.mul, t, 1.0 - smoothing), smoothing / ir.shapes[x][1])
+    logp = b("sub", torch.sub, x, b("logsumexp", torch.logsumexp, x, 1, True))
+    elem = b("neg", torch.neg, b("sum", torch.sum, b("mul", torch.mul, t, logp), 1))
+    return _reduce_loss(b, elem, reduction)
 
 
 def _prelu(ir: ProgramIR, b: _Builder, x: Any, weight: Any) -> Ref | None:
@@ -471,193 +482,16 @@ def _pixel_shuffle(ir: ProgramIR, b: _Builder, a: dict[str, Any], up: bool) -> R
     return b("view", "view", b("contiguous", "contiguous", moved), *shape)
 
 
-def _per_dim(value: Any, nd: int) -> list[Any]:
-    """``interpolate``'s ``size`` or ``scale_factor``: one per resized dim, or one for all."""
-    return list(value) if isinstance(value, list | tuple) else [value] * nd
-
-
-def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='nearest')`` by whole powers of two, or ``'nearest-exact'`` by any
-    whole factor, over the trailing 1-3 dims: each input element repeated, as an expanded view
-    and one copy. A power of two keeps PyTorch's source index ``floor(i * (1 / s))`` exact in
-    float32; other modes and factors stay."""
-    x = a["input"]
-    if not isinstance(x, Ref) or a["mode"] not in ("nearest", "nearest-exact") or a["antialias"]:
-        return None
-    shape = ir.shapes[x]
-    nd = len(shape) - 2
-    if nd not in (1, 2, 3) or ir.dtypes[x] != "float32":
-        return None
-    spatial = shape[2:]
-    if a["size"] is not None:
-        size = _per_dim(a["size"], nd)
-        if len(size) != nd or any(int(o) % i for o, i in zip(size, spatial, strict=True)):
-            return None
-        factors = [int(o) // i for o, i in zip(size, spatial, strict=True)]
-    elif a["scale_factor"] is not None:
-        given = _per_dim(a["scale_factor"], nd)
-        if len(given) != nd or any(float(f) != int(f) for f in given):
-            return None
-        factors = [int(f) for f in given]
-    else:
-        return None
-    # nearest-exact's index floor((i + 0.5) / s) is i // s for every whole factor: the half
-    # keeps it clear of the rounding that a bare i / s meets
-    if any(f < 1 or (f & (f - 1) and a["mode"] == "nearest") for f in factors):
-        return None
-    lead = list(shape[:2])
-    split = [*lead, *(d for i in spatial for d in (i, 1))]
-    grown = [*lead, *(d for i, f in zip(spatial, factors, strict=True) for d in (i, f))]
-    view = b("view", "view", x, *split)
-    copied = b("contiguous", "contiguous", b("expand", "expand", view, *grown))
-    out = [*lead, *(i * f for i, f in zip(spatial, factors, strict=True))]
-    return b("view", "view", copied, *out)
-
-
-def _area(ir: ProgramIR, b: _Builder, x: Any, size: Any) -> Ref | None:
-    """``interpolate(mode='area')`` to a given size: PyTorch's adaptive average pooling."""
-    nd = len(ir.shapes[x]) - 2 if isinstance(x, Ref) else 0
-    if nd not in (1, 2, 3):
-        return None
-    pool = getattr(torch.nn.functional, f"adaptive_avg_pool{nd}d")
-    return b(f"adaptive_avg_pool{nd}d", pool, x, _per_dim(size, nd))
-
-
-def _linear_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``interpolate(mode='linear' | 'bilinear' | 'trilinear' | 'bicubic')``: per resized dim,
-    two gathers of the input along it (four for bicubic) and a blend, with source indices and weights computed
-    as PyTorch computes them (in float32) and baked; the last dim first, as PyTorch blends."""
-    x = a["input"]
-    if not isinstance(x, Ref) or a["antialias"] or ir.dtypes[x] != "float32":
-        return None
-    shape = ir.shapes[x]
-    nd = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}[a["mode"]]
-    if len(shape) != nd + 2:
-        return None
-    spatial = shape[2:]
-    if a["size"] is not None:
-        size = _per_dim(a["size"], nd)
-        scales = [None] * nd
-    elif a["scale_factor"] is not None:
-        given = _per_dim(a["scale_factor"], nd)
-        size = [math.floor(i * float(f)) for i, f in zip(spatial, given, strict=True)]
-        scales = [None if a["recompute_scale_factor"] else float(f) for f in given]
-    else:
-        return None
-    if len(size) != nd:
-        return None
-    tables = [
-        (_cubic_tables if a["mode"] == "bicubic" else _linear_tables)(
-            spatial[j], int(size[j]), scales[j], bool(a["align_corners"])
-        )
-        for j in range(nd)
-    ]
-
-    if math.prod(int(n) for n in size) > _MAX_BAKED:
-        return _separable_blend(b, x, tables, size)
-    # the spatial dims flattened: each tap one gather at a baked joint index
-    flat = b("reshape", torch.reshape, x, [*shape[:2], math.prod(spatial)])
-
-    def placed(j: int, lead: int) -> list[int]:
-        dims = [1] * (lead + nd)
-        dims[lead + j] = int(size[j])
-        return dims
-
-    def blend(j: int, joint: torch.Tensor) -> Ref:
-        """Every dim's taps gathered from the input itself, so that the blend is one kernel,
-        with no pass writing the input resized along one dim only; in PyTorch's order, the
-        last dim blended inside the first's."""
-        if j == nd:
-            return b("index", operator.getitem, flat, (slice(None), slice(None), b.constant(joint)))
-        total = None
-        for index, weight in tables[j]:
-            picked = joint * spatial[j] + index.view(placed(j, 0))
-            scale = b("view", "view", b.constant(weight), *placed(j, 2))
-            term = b("mul", torch.mul, blend(j + 1, picked), scale)
-            total = term if total is None else b("add", torch.add, total, term)
-        return total
-
-    return blend(0, torch.zeros([1] * nd, dtype=torch.int64))
-
-
-def _separable_blend(b: _Builder, x: Ref, tables: list[Any], size: list[int]) -> Ref:
-    """The blend one dim at a time, the last first, each pass's taps gathered from the one
-    before: for outputs whose joint indices are too many to bake."""
-    nd = len(tables)
-    out = x
-    for j in reversed(range(nd)):
-        dim = 2 + j
-        view = [1] * (nd + 2)
-        view[dim] = int(size[j])
-        lead = (slice(None),) * dim
-        blend = None
-        for index, weight in tables[j]:
-            tap = b("index", operator.getitem, out, (*lead, b.constant(index)))
-            term = b("mul", torch.mul, tap, b("view", "view", b.constant(weight), *view))
-            blend = term if blend is None else b("add", torch.add, blend, term)
-        out = blend
-    return out
-
-
-def _source(
-    length: int, size: int, scale: float | None, align_corners: bool, *, cubic: bool
-) -> torch.Tensor:
-    """Each of ``size`` outputs' source coordinate, in float32 as PyTorch computes it (not
-    clamped at zero for cubic)."""
-    if align_corners:
-        ratio = (length - 1) / (size - 1) if size > 1 else 0.0
-    else:
-        ratio = 1.0 / scale if scale is not None and scale > 0 else length / size
-    ratio32 = torch.tensor(ratio, dtype=torch.float32)
-    dst = torch.arange(size, dtype=torch.float32)
-    if align_corners:
-        return ratio32 * dst
-    src = ratio32 * (dst + 0.5) - 0.5
-    return src if cubic else src.clamp_min(0.0)
-
-
-def _linear_tables(
-    length: int, size: int, scale: float | None, align_corners: bool
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Source indices (low, high) and their weights for each of ``size`` outputs."""
-    src = _source(length, size, scale, align_corners, cubic=False)
-    low = src.to(torch.int64).clamp_max(length - 1)
-    high = torch.where(low < length - 1, low + 1, low)
-    w_high = (src - low.to(torch.float32)).clamp(0.0, 1.0)
-    return [(low, 1.0 - w_high), (high, w_high)]
-
-
-def _cubic_tables(
-    length: int, size: int, scale: float | None, align_corners: bool
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The four taps' source indices (clamped into the input) and Keys cubic convolution
-    weights (A = -0.75), as PyTorch's bicubic upsampling computes them."""
-    a = -0.75
-    src = _source(length, size, scale, align_corners, cubic=True)
-    start = torch.floor(src)
-    t = src - start
-
-    def near(x: torch.Tensor) -> torch.Tensor:  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x: torch.Tensor) -> torch.Tensor:  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    weights = [far(t + 1), near(t), near(1 - t), far(2 - t)]
-    first = start.to(torch.int64) - 1
-    return [((first + k).clamp(0, length - 1), w) for k, w in enumerate(weights)]
-
-
 def _distance(
     ir: ProgramIR, b: _Builder, x1: Any, x2: Any, p: Any, eps: Any, keepdim: bool
 ) -> Ref | None:
-    """``pairwise_distance``: the p-norm of ``x1 - x2 + eps`` over the last dim (p = 2)."""
-    if not isinstance(x1, Ref) or not isinstance(x2, Ref) or float(p) != 2.0:
+    """``pairwise_distance``: the p-norm of ``x1 - x2 + eps`` over the last dim."""
+    if not isinstance(x1, Ref) or not isinstance(x2, Ref) or isinstance(p, str):
         return None
     if ir.dtypes[x1] != "float32" or ir.dtypes[x2] != "float32" or len(ir.shapes[x1]) < 1:
         return None
     diff = b("add", torch.add, b("sub", torch.sub, x1, x2), float(eps))
-    return b("norm", torch.norm, diff, 2, -1, keepdim)
+    return _vector_norm(b, diff, float(p), -1, keepdim) or b("norm", torch.norm, diff, 2, -1, keepdim)
 
 
 def _decompose_einsum(

@@ -526,7 +526,12 @@ def _lower_call(
         shape, dtype = tuple(value.shape), str(value.dtype).removeprefix("torch.")
     else:
         shape, dtype = (), "tuple"
+    unknown = _unknown_arguments(info, bound)
     op, bound, attrs = _variant(ir, op, bound, shape, call_args, env, fx_node)
+    if unknown:
+        attrs["unknown_arguments"] = unknown
+    if "torch_call" in attrs:  # an element of a tuple the op replaces (max(dim).values)
+        call, call_args, call_kwargs = attrs.pop("torch_call")
     node = OpNode(fx_node.name, op, bound, shape, dtype, call, call_args, call_kwargs, attrs)
     if op == "expand_as":
         node = _plain_expand(node)
@@ -534,6 +539,19 @@ def _lower_call(
         env[fx_node.name] = bound["input"]
         return None
     return node
+
+
+def _unknown_arguments(info: Any, bound: dict[str, Any]) -> list[str]:
+    """Keyword arguments a pointwise call passes that its signature does not name: its
+    expression would drop them, so the op stays in PyTorch."""
+    if info is None or info.kind != "pointwise":
+        return []
+    known = {name for name, _ in info.params} | _PLACEMENT
+    return [k for k, v in bound.items() if k not in known and not k.startswith("*") and v is not None]
+
+
+# where and how a result is stored, which the node's dtype and our buffers already say
+_PLACEMENT = frozenset({"dtype", "device", "layout", "pin_memory", "requires_grad", "memory_format"})
 
 
 def _plain_expand(node: OpNode) -> OpNode:

@@ -270,6 +270,24 @@ def _written_in_place(fx_node: torch.fx.Node) -> bool:
     )
 
 
+# factories given a tensor for dtype and device (and shape): the plain factory they make
+_FILLED_LIKE = {
+    "new_zeros": "zeros", "zeros_like": "zeros", "new_empty": "zeros", "empty_like": "zeros",
+    "new_ones": "ones", "ones_like": "ones", "new_full": "full", "full_like": "full",
+}
+
+
+def _generated_dtype(value: Any, bound: dict[str, Any]) -> bool:
+    """Whether a factory's result is one the kernels write (the plain factory is then never
+    left to PyTorch, whose call would still name the tensor) and its fill is a number."""
+    fill = bound.get("fill_value", 0)
+    plain_fill = isinstance(fill, int | float) and not isinstance(fill, bool)
+    return torch.is_tensor(value) and str(value.dtype) in _WRITTEN and plain_fill
+
+
+_WRITTEN = ("torch.float32", "torch.int64", "torch.int32", "torch.bool")
+
+
 def _variant(
     ir: ProgramIR,
     op: str,
@@ -287,6 +305,13 @@ def _variant(
     if op in ("conv1d", "conv2d", "conv3d") and bound.get("padding") == "same":
         bound = {**bound, "padding": _same_padding(ir, bound, int(op[-2]))}
     first = call_args[0] if call_args else None
+    value = fx_node.meta.get("sg_value")
+    if op in _FILLED_LIKE and isinstance(first, Ref) and _generated_dtype(value, bound):
+        # the tensor gives only dtype and device (and shape): not an operand, so the kernel
+        # that computes it need not run for this (``pe = h.new_zeros(t, d)``)
+        filled = _FILLED_LIKE[op]
+        plain = {"size": list(shape)}
+        return filled, plain | ({"fill_value": bound["fill_value"]} if filled == "full" else {}), attrs
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
     name = op.removeprefix("bitwise_").removesuffix("_")
@@ -309,6 +334,11 @@ def _variant(
     if op == "getitem" and isinstance(bound.get("input"), Ref):
         src = bound["input"]
         parent = _node_of(ir, src)
+        if parent is not None and bound.get("index") in (0, 1):
+            # PyTorch's call, where the op that replaces this element stays there: the
+            # parent's call and its element (the parent itself is then dead)
+            attrs["torch_call"] = (parent.call, list(parent.call_args), dict(parent.call_kwargs))
+            attrs["tuple_element"] = bound["index"]
         if parent is not None and parent.op in ("cummax", "cummin") and bound.get("index") == 0:
             return f"{parent.op}_values", dict(parent.args), attrs  # a scan; indices stay
         pooled = parent.op.removesuffix("_with_indices") if parent is not None else ""
@@ -323,6 +353,8 @@ def _variant(
             else:
                 new_op = "argmax" if parent.op == "max" else "argmin"
             return new_op, dict(parent.args), attrs
+        attrs.pop("torch_call", None)
+        attrs.pop("tuple_element", None)
         index = bound.get("index")
         items = index if isinstance(index, tuple) else (index,)
         sliced = _progression_as_slice(items, ir.shapes.get(src, ()), fx_node)

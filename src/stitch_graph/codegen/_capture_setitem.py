@@ -8,7 +8,8 @@ elsewhere; a boolean mask of ``y``'s shape (or of its leading dims) with a scala
 ``where``. The capture then
 treats the assignment as an in-place write of ``y`` (``_capture_aliases``): later reads of ``y``
 see the new tensor. Float32, int64 and bool tensors take values of their own kind. Advanced
-indices, ``None`` and assignment into parameters stay refused.
+indices by integer tensors on adjacent dims become a scatter (``_capture_indexing``); other
+advanced indices, ``None`` and assignment into parameters stay refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import torch
 import torch.fx
 
 from stitch_graph.codegen._capture_base import _subst, module_state
+from stitch_graph.codegen._capture_builder import _all_or_nothing, _Builder
+from stitch_graph.codegen._capture_indexing import index_put
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides
 
 # the tensors assigned into, and the Python values each takes (a mask's ``m[:, :1] = True``)
@@ -102,9 +105,9 @@ def lower_setitem(
     elif not isinstance(value, _VALUES[dtype]) or (dtype != "bool" and isinstance(value, bool)):
         return None
     mask = _subst(index, env)
-    if isinstance(mask, Ref):
+    if isinstance(mask, Ref) and ir.dtypes.get(mask) == "bool":
         held = tuple(ir.shapes[mask])
-        if ir.dtypes.get(mask) != "bool" or held != shape[: len(held)]:
+        if held != shape[: len(held)]:
             return None
         if isinstance(value, Ref) and ir.shapes[value] != ():
             return None  # y[m] = v takes v's elements in mask order
@@ -121,6 +124,10 @@ def lower_setitem(
             dtype, "torch.where", [mask, value, base], {},
         )
         return _append(ir, ours, node)
+    items = mask if isinstance(mask, tuple) else (mask,)
+    if any(isinstance(item, Ref) for item in items):  # y[rows, cols] = v: a scatter
+        b = _Builder(ir, ours, name)
+        return _all_or_nothing(ir, lambda: index_put(ir, b, base, items, value, False))
     dims = region(index, shape, env)
     if dims is None:
         return None

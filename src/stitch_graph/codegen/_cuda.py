@@ -69,7 +69,13 @@ __device__ __forceinline__ float sg_logaddexp(float a, float b) {
   const float hi = fmaxf(a, b), lo = fminf(a, b);
   return hi + log1pf(expf(lo - hi));
 }
-""" + ACTIVATIONS + r"""// floor division with Python's rounding, as PyTorch's div(rounding_mode='floor') computes it:
+""" + ACTIVATIONS + r"""// round(x, decimals): PyTorch's scaling, by 10^|decimals| in float, then round half to even
+__device__ __forceinline__ float sg_round_decimals(float a, float decimals) {
+  const int d = (int)decimals;
+  const float t = (float)pow(10.0, (double)(d < 0 ? -d : d));
+  return d < 0 ? rintf(a / t) * t : rintf(a * t) / t;
+}
+// floor division with Python's rounding, as PyTorch's div(rounding_mode='floor') computes it:
 // from fmod, so that a quotient just below an integer is not rounded up to it
 __device__ __forceinline__ float sg_floordiv(float a, float b) {
   if (b == 0.f) return a / b;

@@ -95,6 +95,17 @@ def _integer_arithmetic(ir: ProgramIR, node: OpNode) -> str | None:
     return _CTYPE[node.dtype]
 
 
+def _operand_type(ir: ProgramIR, node: OpNode, ref: Ref, integer: str | None) -> str | None:
+    """The C type an operand is cast to: the integer type of integer arithmetic, or float
+    where a float result takes an integer tensor (``a / b`` of int64 is a true division, and
+    ``maximum(ids, x)`` compares in float), as PyTorch promotes; ``None``: loaded as it is."""
+    if integer:
+        return integer
+    if node.dtype == "float32" and ir.dtypes.get(ref, "float32") in _INTEGER_TYPES:
+        return "float"
+    return None
+
+
 def _pointwise_template(ir: ProgramIR, node: OpNode, info: Any) -> tuple[str | None, str | None]:
     """The op's expression template for ``node`` and the integer type it computes in, if any."""
     integer = _integer_arithmetic(ir, node)
@@ -353,8 +364,9 @@ class _EmitterBase:
                         values[pname] = env[value.name]
                     else:
                         values[pname] = args.load(value, space, idx, bshapes.get(pname))
-                    if integer:
-                        values[pname] = f"(({integer}){values[pname]})"
+                    cast = _operand_type(self.ir, node, value, integer)
+                    if cast:
+                        values[pname] = f"(({cast}){values[pname]})"
                 else:
                     values[pname] = _scalar(value, default, integer)
             ctype = _CTYPE.get(node.dtype, "float")
@@ -399,8 +411,9 @@ class _EmitterBase:
                 continue
             if pname == through:
                 values[pname] = self._read(value, args, offset)
-                if integer:
-                    values[pname] = f"(({integer}){values[pname]})"
+                cast = _operand_type(self.ir, node, value, integer)
+                if cast:
+                    values[pname] = f"(({cast}){values[pname]})"
             else:
                 values[pname] = _scalar(value, default, integer)
         return f"({template.format(**values)})"

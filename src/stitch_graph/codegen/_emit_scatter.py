@@ -27,7 +27,7 @@ from stitch_graph.codegen._emit_base import (
     _py,
 )
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel
-from stitch_graph.codegen.schedule import _read_inside
+from stitch_graph.codegen.schedule import _read_inside, node_kind
 from stitch_graph.codegen.tuning import KernelTuning
 
 # how a source element meets its position: scatter_add and scatter_reduce's reductions
@@ -60,6 +60,33 @@ def _feeding(ir: Any, members: list[str], ref: Ref) -> list[str]:
         return []
     wanted = {ref.name} | _read_inside(ir, [ref.name], set(members))
     return [m for m in members if m in wanted]
+
+
+def _writable_input(ir: Any, node: Any, g: Group) -> bool:
+    """Whether the scatter may write into its input's buffer instead of a copy: the input is
+    the whole of a contiguous tensor a kernel of this program computed (directly or through
+    views), and nothing else reads it or its views, nor is it an output (a chain of
+    ``index_put_`` calls on one adjacency matrix then writes it once)."""
+    x = node.args["input"]
+    if not isinstance(x, Ref) or x.kind != "node" or x.name in g.prologue:
+        return False
+    users, size = ir.users(), numel(ir.shapes[x])
+    reader = node.name
+    while True:
+        if users.get(x.name) != [reader] or not ir.is_contiguous(x):
+            return False
+        if numel(ir.shapes[x]) != size or ir.dtypes.get(x) != node.dtype:
+            return False
+        producer = ir.node(x.name)
+        kind, _ = node_kind(ir, producer)
+        if kind == "unsupported" or producer.op == "getitem":
+            return False  # PyTorch's result may be a view of another tensor
+        if kind != "view":
+            return True
+        source = producer.args.get("input")
+        if not isinstance(source, Ref) or source.kind != "node":
+            return False  # a view of an input or a parameter
+        reader, x = x.name, source
 
 
 class _ScatterEmitter(_EmitterBase):
@@ -148,11 +175,17 @@ class _ScatterEmitter(_EmitterBase):
             "  }",
             "}",
         ]
+        grid = max(1, min(math.ceil(count / block), _MAX_GRID))
+        py = ", ".join([*(_py(r) for r in args.refs), node.name])
+        if _writable_input(ir, node, g):
+            self.kernels.append("\n".join(src_lines))
+            return [
+                f"{node.name} = {_py(x)}  # written in place: nothing else reads it",
+                f"KERNELS.{kernel}({grid}, {block}, {py})",
+            ]
         self.kernels.extend(["\n".join(copy), "\n".join(src_lines)])
         copy_grid = max(1, min(math.ceil(total / block), _MAX_GRID))
-        grid = max(1, min(math.ceil(count / block), _MAX_GRID))
         copy_py = ", ".join([*(_py(r) for r in copy_args.refs), node.name])
-        py = ", ".join([*(_py(r) for r in args.refs), node.name])
         return [
             f"{node.name} = torch.empty({list(shape)}, device=_dev, "
             f"dtype={_TORCH_DTYPE[node.dtype]})",

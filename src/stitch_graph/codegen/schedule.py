@@ -329,6 +329,9 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
             return _indexed_ok(ir, node)
         if info.expr is None:
             return "unsupported", f"unsupported: {node.op} (no expression)"
+        unknown = node.attrs.get("unknown_arguments")
+        if unknown:  # an argument the expression would drop (round's decimals before it had one)
+            return "unsupported", f"unsupported: {node.op} with {', '.join(unknown)}"
         return "pointwise", ""
     if info.kind in ("reduction", "norm", "softmax"):
         reason = _row_ok(ir, node)
