@@ -38,6 +38,7 @@ BODIES = {
     # a sinusoidal table filled in a constant the forward builds
     "into_a_constant_of_the_forward": "pe = torch.zeros(6, 8, device=x.device)\npe[:, 0::2] = torch.sin(y[:, 0::2])\npe[:, 1::2] = torch.cos(y[:, 1::2])\nreturn x + pe",  # noqa: E501
     # padded positions of (B, T, D) zeroed by a mask of (B, T), then a slice written
+    "mask_after_full_slices": "z = x.clone()\nz[:, :, y[:, 0] > 0] = 0.5\nreturn z * 2",
     "mask_of_the_leading_dims": "z = x * 2\nz[x[..., 0, 0] > 0] = 0.0\nz[:, 0] = 1.0\nreturn z + 1",
     "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",
     "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",

@@ -55,18 +55,25 @@ def _per_dim(value: Any, nd: int) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value] * nd
 
 
+def _nearest_operand(ir: ProgramIR, a: dict[str, Any]) -> Ref | None:
+    """The input of a nearest resize of 1-3 trailing dims of a float32 tensor, else ``None``."""
+    x = a["input"]
+    if not isinstance(x, Ref) or a["mode"] not in ("nearest", "nearest-exact") or a["antialias"]:
+        return None
+    nd = len(ir.shapes[x]) - 2
+    return x if nd in (1, 2, 3) and ir.dtypes[x] == "float32" else None
+
+
 def _nearest_upsample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     """``interpolate(mode='nearest')`` by whole powers of two, or ``'nearest-exact'`` by any
     whole factor, over the trailing 1-3 dims: each input element repeated, as an expanded view
     and one copy. A power of two keeps PyTorch's source index ``floor(i * (1 / s))`` exact in
     float32; other modes and factors stay."""
-    x = a["input"]
-    if not isinstance(x, Ref) or a["mode"] not in ("nearest", "nearest-exact") or a["antialias"]:
+    x = _nearest_operand(ir, a)
+    if x is None:
         return None
     shape = ir.shapes[x]
     nd = len(shape) - 2
-    if nd not in (1, 2, 3) or ir.dtypes[x] != "float32":
-        return None
     spatial = shape[2:]
     if a["size"] is not None:
         size = _per_dim(a["size"], nd)
@@ -230,13 +237,11 @@ def _cubic_tables(
 def _nearest_gather(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     """``nearest`` or ``nearest-exact`` to any size: one gather at the source index PyTorch's
     CUDA kernel takes, ``min(floor((i [+ 0.5]) * scale), n - 1)`` in float32."""
-    x = a["input"]
-    if not isinstance(x, Ref) or a["mode"] not in ("nearest", "nearest-exact") or a["antialias"]:
+    x = _nearest_operand(ir, a)
+    if x is None:
         return None
     shape = ir.shapes[x]
     nd = len(shape) - 2
-    if nd not in (1, 2, 3) or ir.dtypes[x] != "float32":
-        return None
     target = _target(a, shape[2:], nd)
     if target is None:
         return None

@@ -105,16 +105,20 @@ def lower_setitem(
     elif not isinstance(value, _VALUES[dtype]) or (dtype != "bool" and isinstance(value, bool)):
         return None
     mask = _subst(index, env)
-    if isinstance(mask, Ref) and ir.dtypes.get(mask) == "bool":
+    items = mask if isinstance(mask, tuple) else (mask,)
+    lead = len(items) - 1  # y[:, m] = c: full slices before the mask
+    masked = isinstance(items[-1], Ref) and ir.dtypes.get(items[-1]) == "bool"
+    if masked and all(item == slice(None) for item in items[:-1]):
+        mask = items[-1]
         held = tuple(ir.shapes[mask])
-        if held != shape[: len(held)]:
+        if held != shape[lead : lead + len(held)]:
             return None
         if isinstance(value, Ref) and ir.shapes[value] != ():
             return None  # y[m] = v takes v's elements in mask order
-        if held != shape:  # a mask of the leading dims (padded tokens of (B, T, D))
+        if held != shape:  # a mask of some dims (padded tokens of (B, T, D)): spread over y's
             if not ir.is_contiguous(mask):
                 return None
-            spread = [*held, *[1] * (len(shape) - len(held))]
+            spread = [*[1] * lead, *held, *[1] * (len(shape) - lead - len(held))]
             mask = _append(ir, ours, OpNode(
                 f"{name}_mask", "view", {"input": mask, "shape": spread}, tuple(spread),
                 "bool", ".view", [mask, *spread], {},
@@ -124,7 +128,6 @@ def lower_setitem(
             dtype, "torch.where", [mask, value, base], {},
         )
         return _append(ir, ours, node)
-    items = mask if isinstance(mask, tuple) else (mask,)
     if any(isinstance(item, Ref) for item in items):  # y[rows, cols] = v: a scatter
         b = _Builder(ir, ours, name)
         return _all_or_nothing(ir, lambda: index_put(ir, b, base, items, value, False))

@@ -325,6 +325,7 @@ class _EmitterBase:
         self.cat_slices = cat_slices or {}  # output node -> its slice of a concatenation
         self.written_in_place: set[str] = set()
         self.through: dict[str, str] = {}  # members their indexed reader computes (``_read``)
+        self._users: dict[str, list[str]] | None = None  # node -> its readers, when first asked
 
     # ---- expressions -------------------------------------------------------------------------
     def exprs(
@@ -650,6 +651,16 @@ class _EmitterBase:
             return args.load(ref, space, idx)
         return _literal(ref)
 
+    def stored_beside(self, members: list[str], out: OpNode) -> list[OpNode]:
+        """The members besides ``out`` that something outside the kernel reads: stored too."""
+        if self._users is None:
+            self._users = self.ir.users()
+        inside = set(members)
+        return [
+            self.ir.node(m) for m in members
+            if m != out.name and any(u not in inside for u in self._users.get(m, []))
+        ]
+
     # ---- pointwise -----------------------------------------------------------------------------
     def pointwise(
         self,
@@ -660,7 +671,9 @@ class _EmitterBase:
         tun: KernelTuning,
         anchor_line: Callable[[_Args, str], tuple[str, str]] | None = None,
     ) -> list[str]:
-        """Emit a pointwise kernel (and its float4 twin); return the host launch lines."""
+        """Emit a pointwise kernel (and its float4 twin); return the host launch lines. Members
+        that kernels after this one read (or the program returns) are stored too, each into
+        its own buffer of the output's shape (``schedule._joins_storing``)."""
         space = out.shape
         n = numel(space)
         dest = self.cat_slices.get(out.name)  # a concatenation's operand: stored in its slice
@@ -670,6 +683,10 @@ class _EmitterBase:
         store = dest.element("i") if dest else "i"
         target = dest.buffer if dest else out.name
 
+        stored = self.stored_beside(members, out)
+        outs = [f"{_CTYPE.get(m.dtype, 'float')}* __restrict__ out{k}" for k, m in enumerate(stored)]
+        outs.append(f"{otype}* __restrict__ out")
+
         def body(args: _Args, idx: str) -> tuple[list[str], str]:
             env: dict[str, str] = {}
             lines: list[str] = []
@@ -678,23 +695,25 @@ class _EmitterBase:
                 lines.append(line)
                 env[name] = f"v_{name}"
             lines += self.exprs(members, space, idx, env, args)
-            return lines, env[out.name]
+            return lines, env[out.name], [env[m.name] for m in stored]
 
         if dest is not None:
             self.written_in_place.add(out.name)
-        alloc = [] if dest else [
-            f"{out.name} = torch.empty({list(space)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})"
+        alloc = [
+            f"{m.name} = torch.empty({list(space)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(m.dtype, 'torch.float32')})"
+            for m in [*stored, *([] if dest else [out])]
         ]
         args = _Args(self.ir)
-        lines, result = body(args, "i")
-        tile = plan_tile(self.ir, args.refs, tuple(space)) if tun.transpose_tile else None
+        lines, result, beside = body(args, "i")
+        tiled = tun.transpose_tile and not stored
+        tile = plan_tile(self.ir, args.refs, tuple(space)) if tiled else None
         if tile is not None:
             targs = _Args(self.ir)
             loads = [targs.load(ref, space, "i") for ref in tile.refs]
             targs.tiles = {ref: tile_read(k) for k, ref in enumerate(tile.refs)}
             targs.tile_space = tuple(space)
-            tlines, tresult = body(targs, "i")
+            tlines, tresult, _ = body(targs, "i")
             if not targs.tile_missed and out.dtype == "float32":
                 signature = targs.signature([f"{otype}* __restrict__ out"])
                 self.kernels.append(
@@ -705,29 +724,32 @@ class _EmitterBase:
         unroll = f"#pragma unroll {tun.unroll}\n  " if tun.unroll > 1 else ""
         src = [
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"{args.signature(outs)}) {{",
             f"  {unroll}for ({index} i = ({index})blockIdx.x * {block} + threadIdx.x; i < {n}; "
             f"i += ({index})gridDim.x * {block}) {{",
             *(f"    {line}" for line in lines),
+            *(f"    out{k}[i] = {value};" for k, value in enumerate(beside)),
             f"    out[{store}] = {result};",
             "  }",
             "}",
         ]
         self.kernels.append("\n".join(src))
         grid = _grid_stride_blocks(n, block, tun.grid_waves)
-        py_args = ", ".join([*(_py(r) for r in args.refs), target])
+        py_args = ", ".join([*(_py(r) for r in args.refs), *(m.name for m in stored), target])
         scalar_launch = f"KERNELS.{kernel}({grid}, {block}, {py_args})"
-        vector_ok = tun.vector_width == 4 and n % 4 == 0 and n >= 4 and out.dtype == "float32"
+        vector_ok = tun.vector_width == 4 and n % 4 == 0 and n >= 4 and all(
+            m.dtype == "float32" for m in [*stored, out]
+        )
         if not vector_ok or (dest is not None and not dest.vector_ok):
             return [*alloc, scalar_launch]
         vargs = _Args(self.ir, vector=True)
-        vlines, vresult = body(vargs, "i")
+        vlines, vresult, vbeside = body(vargs, "i")
         if vargs.refs != args.refs:
             return [*alloc, scalar_launch]
         n4 = n // 4
         vsrc = [
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_v4('
-            f"{vargs.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"{vargs.signature(outs)}) {{",
             f"  for ({index} j = ({index})blockIdx.x * {block} + threadIdx.x; j < {n4}; "
             f"j += ({index})gridDim.x * {block}) {{",
             *(
@@ -736,12 +758,19 @@ class _EmitterBase:
                 for r in vargs.vec_refs
             ),
             "    float r[4];",
+            *(f"    float r{k}[4];" for k in range(len(stored))),
             "#pragma unroll",
             "    for (int l = 0; l < 4; ++l) {",
             f"      const {index} i = j * 4 + l;",
             *(f"      {line}" for line in vlines),
+            *(f"      r{k}[l] = {value};" for k, value in enumerate(vbeside)),
             f"      r[l] = {vresult};",
             "    }",
+            *(
+                f"    reinterpret_cast<float4*>(out{k})[j] = "
+                f"make_float4(r{k}[0], r{k}[1], r{k}[2], r{k}[3]);"
+                for k in range(len(stored))
+            ),
             f"    reinterpret_cast<float4*>(out)[{dest.element('j', 4) if dest else 'j'}] = "
             "make_float4(r[0], r[1], r[2], r[3]);",
             "  }",
@@ -749,7 +778,7 @@ class _EmitterBase:
         ]
         self.kernels.append("\n".join(vsrc))
         vgrid = _grid_stride_blocks(n4, block, tun.grid_waves)
-        aligned = [*(_py(r) for r in vargs.vec_refs), target]
+        aligned = [*(_py(r) for r in vargs.vec_refs), *(m.name for m in stored), target]
         return [*alloc, *_aligned_launch(aligned, kernel, (vgrid, block), py_args, scalar_launch)]
 
     def copy_into_slices(

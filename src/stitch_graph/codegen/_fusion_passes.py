@@ -42,6 +42,15 @@ def _through_parameter(
     return next((k for k, v in producer.args.items() if v == operands[0]), None)
 
 
+def stores_beside(g: Group, users: dict[str, list[str]]) -> bool:
+    """Whether a member of ``g`` besides its output is read outside it: the pointwise kernel
+    stores that result too (``schedule._joins_storing``), which another kind would not."""
+    inside = set(g.members)
+    return any(
+        u not in inside for m in g.members if m != g.output for u in users.get(m, [])
+    )
+
+
 def groups_read_through(
     ir: ProgramIR, node: OpNode, group_of: dict[str, Group], users: dict[str, list[str]]
 ) -> list[Group]:
@@ -108,6 +117,8 @@ def fold_shared_producers(
         for g in list(groups):
             readers = users.get(g.output, [])
             if g.anchor is not None or len(readers) < 2 or g.output in outputs:
+                continue
+            if stores_beside(g, users):
                 continue
             if any(r in through or ir.node(r).op in READS_ELSEWHERE for r in readers):
                 continue  # a reader at other positions needs it in memory

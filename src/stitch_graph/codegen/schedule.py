@@ -31,7 +31,11 @@ import json
 from typing import Any
 
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
-from stitch_graph.codegen._fusion_passes import fold_shared_producers, groups_read_through
+from stitch_graph.codegen._fusion_passes import (
+    fold_shared_producers,
+    groups_read_through,
+    stores_beside,
+)
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
 from stitch_graph.codegen.ir import (
     Group,
@@ -513,6 +517,29 @@ def _computable_on_load(ir: ProgramIR, g: Group, group_of: dict[str, Group]) -> 
     return True
 
 
+def _joins_storing(
+    ir: ProgramIR, g: Group, node: OpNode, users: dict[str, list[str]], order: dict[str, int]
+) -> bool:
+    """Whether the pointwise kernel ``g``, whose results others read too, joins the pointwise
+    kernel of ``node``, which then stores them beside its own (an optimizer step's new moments,
+    read again by its new parameter; a recurrent cell's state, read by the next step): the
+    same elements, and every other reader of them after ``node`` (the joined kernel launches
+    there) or the program's output."""
+    if g.anchor is not None or g.kind != "pointwise" or node.op in INDEXED:
+        return False
+    out = Ref("node", g.output)
+    if tuple(ir.shapes[out]) != tuple(node.shape) or ir.dtypes.get(out) not in _DTYPES:
+        return False
+    inside = {*g.members, node.name}
+    for member in g.members:
+        for user in users[member]:
+            if user == "output" or user in inside:
+                continue
+            if order[user] < order[node.name] or ir.node(user).op in INDEXED:
+                return False
+    return True
+
+
 def schedule_program(ir: ProgramIR) -> list[Group]:
     """Fuse the program's nodes into groups, in execution order.
 
@@ -573,7 +600,10 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             operands = [] if node.op in INDEXED - {"triu", "tril"} else node.tensor_refs()
             for ref in operands:
                 g = group_of.get(ref.name) if ref.kind == "node" else None
-                if g is None or g in candidates or users[g.output] != [node.name]:
+                if g is None or g in candidates:
+                    continue
+                single = users[g.output] == [node.name] and not stores_beside(g, users)
+                if not single and not _joins_storing(ir, g, node, users, order):
                     continue
                 if g.kind == "scatter":
                     continue  # its threads write positions an index picks: no per-element epilogue
@@ -588,6 +618,11 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                     candidates.append(g)
             anchored = [g for g in candidates if g.anchor is not None]
             plain = [g for g in candidates if g.anchor is None]
+            if anchored:  # an anchored kernel's epilogue stores one result
+                plain = [
+                    g for g in plain
+                    if users[g.output] == [node.name] and not stores_beside(g, users)
+                ]
             base = anchored[0] if anchored else new_group("pointwise", None, node.name)
             for g in anchored[1:]:
                 if _siblings_fit(ir, base, g):
@@ -606,7 +641,8 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             # the scattering kernel its source elements (messages gathered and weighted)
             for ref in scatter_operands(ir, node):
                 g = group_of.get(ref.name)
-                if g in groups and g.anchor is None and users[ref.name] == [node.name]:
+                single = users[ref.name] == [node.name]
+                if g in groups and g.anchor is None and single and not stores_beside(g, users):
                     absorb(group, g, as_prologue=True)
         elif kind in LOADS_THROUGH_PROLOGUE and isinstance(src, Ref) and src.kind == "node":
             g = group_of.get(src.name)
@@ -614,6 +650,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 g is not None
                 and g.output == src.name
                 and users[src.name] == [node.name]
+                and not stores_beside(g, users)
                 and ir.shapes[src] == ir.shapes[Ref("node", g.output)]
             ):
                 if g.anchor is None:
