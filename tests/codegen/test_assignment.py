@@ -39,6 +39,8 @@ BODIES = {
     "into_a_constant_of_the_forward": "pe = torch.zeros(6, 8, device=x.device)\npe[:, 0::2] = torch.sin(y[:, 0::2])\npe[:, 1::2] = torch.cos(y[:, 1::2])\nreturn x + pe",  # noqa: E501
     # padded positions of (B, T, D) zeroed by a mask of (B, T), then a slice written
     "mask_after_full_slices": "z = x.clone()\nz[:, :, y[:, 0] > 0] = 0.5\nreturn z * 2",
+    # a selection by a mask copied under the same mask: a where at the tensor's own shape
+    "copied_under_its_mask": "z = x * 2\nm = y > 0\nz[:, :, m] = x[:, :, m]\nk = x > 1\nw = x.exp()\nz[k] = w[k]\nreturn z",  # noqa: E501
     "mask_of_the_leading_dims": "z = x * 2\nz[x[..., 0, 0] > 0] = 0.0\nz[:, 0] = 1.0\nreturn z + 1",
     "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",
     "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",

@@ -1,5 +1,5 @@
-"""Selections by a boolean mask that are only reduced, rewritten to shapes that do not depend
-on the data.
+"""Selections by a boolean mask that are only reduced, or only copied under the same mask,
+rewritten to shapes that do not depend on the data.
 
 ``loss[mask].mean()``, ``x[x > 0].sum()``, ``torch.masked_select(x, m).sum()`` or a masked mean
 over rows (``feats[keep].mean(0)``) select a number of elements known only at run time, so
@@ -8,7 +8,7 @@ every use of the selection is a sum, mean, max or min over everything (or a sum,
 amin over the selected dim), the selection is the same as the masked tensor with the other
 elements filled (zero, or an infinity for max and min), and a mean divides by the mask's
 count: ``x[m].mean()`` is ``where(m, x, 0).sum() / (m.sum() * rest)``. An empty mask gives
-PyTorch's results: a zero sum, a NaN mean.
+PyTorch's results: a zero sum, a NaN mean. ``y[m] = x[m]`` is ``y[...] = where(m, x, y)``.
 
 The rewrite is made where propagation stopped, with the shapes of the values before it, and
 propagation runs again.
@@ -36,6 +36,8 @@ def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
     node = next((n for n in gm.graph.nodes if "sg_value" not in n.meta), None)
     if node is None or node.op != "call_function":
         return False
+    if _copied_under_mask(gm, node):
+        return True
     selection = _selection(node)
     if selection is None:
         return False
@@ -78,6 +80,49 @@ def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
         use.replace_all_uses_with(result)
         graph.erase_node(use)
     graph.erase_node(node)
+    gm.recompile()
+    for n in graph.nodes:
+        n.meta.pop("sg_value", None)
+    return True
+
+
+def _copied_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bool:
+    """``y[..., m] = x[..., m]`` (full slices, then a boolean mask; every use of the selection
+    such an assignment into a ``y`` of ``x``'s shape) rewritten as ``y[...] = where(m, x, y)``:
+    the same elements, at a fixed shape. Whether it was one."""
+    if selection.target is not operator.getitem or not selection.users:
+        return False
+    x, index = selection.args
+    items = index if isinstance(index, tuple) else (index,)
+    mask, lead = items[-1], len(items) - 1
+    if not isinstance(x, torch.fx.Node) or not isinstance(mask, torch.fx.Node):
+        return False
+    if any(item != slice(None) for item in items[:-1]):
+        return False
+    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
+    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
+        return False
+    held = tuple(mask_value.shape)
+    if mask_value.dtype != torch.bool or tuple(x_value.shape[lead:lead + len(held)]) != held:
+        return False
+    for use in selection.users:
+        if use.op != "call_function" or use.target is not operator.setitem:
+            return False
+        y, assigned, value = use.args
+        y_value = y.meta.get("sg_value") if isinstance(y, torch.fx.Node) else None
+        if value is not selection or assigned != index or not torch.is_tensor(y_value):
+            return False
+        if tuple(y_value.shape) != tuple(x_value.shape) or y_value.dtype != x_value.dtype:
+            return False
+    graph = gm.graph
+    spread = (*(1,) * lead, *held, *(1,) * (x_value.dim() - lead - len(held)))
+    for use in list(selection.users):
+        y = use.args[0]
+        with graph.inserting_before(use):
+            keep = graph.call_method("reshape", (mask, spread))
+            kept = graph.call_function(torch.where, (keep, x, y))
+        use.args = (y, Ellipsis, kept)
+    graph.erase_node(selection)
     gm.recompile()
     for n in graph.nodes:
         n.meta.pop("sg_value", None)
