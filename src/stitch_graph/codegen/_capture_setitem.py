@@ -155,6 +155,8 @@ def lower_setitem(
 def viewed_base(view: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
     """(base, index) when ``view`` is ``base[index]`` with a basic index, else ``None``: an
     in-place op on it writes that region of ``base``."""
+    if view.op == "call_function" and view.target in _ATEN_VIEWS:
+        return _exported_view(view)
     if view.op != "call_function" or view.target is not operator.getitem:
         return None
     base, index = view.args
@@ -163,6 +165,46 @@ def viewed_base(view: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
         isinstance(i, slice | int) or i is Ellipsis for i in items
     ) and not any(isinstance(i, bool) for i in items)
     return (base, index) if isinstance(base, torch.fx.Node) and basic else None
+
+
+_ATEN_VIEWS = (torch.ops.aten.slice.Tensor, torch.ops.aten.select.int)
+
+
+def _exported_view(view: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
+    """The exported ``u[1:-1, 1:-1]``, a chain of ``aten.slice`` and ``aten.select`` views, as
+    (the tensor they view, one basic index into it)."""
+    chain = []
+    root = view
+    while root.op == "call_function" and root.target in _ATEN_VIEWS:
+        chain.append(root)
+        root = root.args[0]
+        if not isinstance(root, torch.fx.Node):
+            return None
+    value = root.meta.get("sg_value")
+    if not torch.is_tensor(value):
+        return None
+    # per dim of the root: ("slice", start, step, length) or ("int", position)
+    spec: list[list[Any]] = [["slice", 0, 1, n] for n in value.shape]
+    live = list(range(value.dim()))
+    for op in reversed(chain):
+        args = list(op.args) + [None] * 5
+        dim = int(args[1] if args[1] is not None else 0)
+        if not live or not all(isinstance(a, int | type(None)) for a in args[1:5]):
+            return None
+        at = live[dim % len(live)]
+        _, start, step, length = spec[at]
+        if op.target is torch.ops.aten.select.int:
+            spec[at] = ["int", start + (int(args[2]) % length) * step]
+            live.remove(at)
+            continue
+        first, stop, stride = slice(args[2], args[3], args[4] or 1).indices(length)
+        spec[at] = ["slice", start + first * step, step * stride, len(range(first, stop, stride))]
+    index = tuple(
+        d[1] if d[0] == "int" else slice(d[1], d[1] + (d[3] - 1) * d[2] + 1, d[2]) if d[3] else
+        slice(d[1], d[1])
+        for d in spec
+    )
+    return root, index
 
 
 def _append(ir: ProgramIR, ours: dict[Ref, Any], node: OpNode) -> Ref:
