@@ -77,17 +77,23 @@ def check(path: Path, batch: int) -> dict[str, Any]:
                 out = fn(*args)
             return list(out) if isinstance(out, list | tuple) else [out]
 
-        got = run(model, [t.clone() if torch.is_tensor(t) else t for t in inputs])
-        expected = run(reference, inputs)
+        def fresh(cast: Any = None) -> list[Any]:
+            """The inputs copied for one run: a forward that writes its inputs changes none
+            of the others' (``cast``: float inputs converted, to float64)."""
+            return [
+                (t.to(cast) if cast is not None and t.is_floating_point() else t.clone())
+                if torch.is_tensor(t) else t
+                for t in inputs
+            ]
+
+        got = run(model, fresh())
+        expected = run(reference, fresh())
         row["ok"] = all(
             torch.allclose(g, e, rtol=1e-4, atol=1e-4, equal_nan=True) for g, e in zip(got, expected)
         )
         row["err"] = _max_error(got, expected)
         try:
-            exact = run(
-                reference.double(),
-                [t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs],
-            )
+            exact = run(reference.double(), fresh(torch.float64))
             row["err_f64"] = _max_error(got, exact)
             row["eager_err_f64"] = _max_error(expected, exact)
         except Exception:  # noqa: BLE001 - no float64 forward (a float32 tensor made in forward)

@@ -126,6 +126,9 @@ EXPRS = [
     "(y * 2).to(torch.bool).float() + (y.clamp(-1, 1) * 0).bool().float() + torch.count_nonzero(y > 0.5, dim=2).unsqueeze(2)",  # noqa: E501
     # diff of higher order and with edges joined on; distances of any order
     "torch.diff(y, n=2, dim=1).sum(1, keepdim=True) + torch.diff(y, dim=-1, prepend=y[..., :1], append=x[..., :2]).mean(-1, keepdim=True)",  # noqa: E501
+    # a tuple of views joined again, an integer matrix's diagonal, a gather beside partial slices
+    "torch.cat(y.unbind(1), 0).sum(0) + torch.stack(y.unbind(1), 2).mean((0, 2))",
+    "torch.diag((y[0, 0] * 3).long()).float() + y[torch.tensor([2, 0, 1]), :, 1:4, ::2].sum((0, 1, 2)).sum()",  # noqa: E501
     # cross entropy against class probabilities (distillation, mixup)
     "F.cross_entropy(y, torch.softmax(y * 2, 1), label_smoothing=0.1) + F.cross_entropy(y, torch.softmax(-y, 1), reduction='none')",  # noqa: E501
     "F.pairwise_distance(y, y.flip(-1), p=1.0) + F.pairwise_distance(y, y * 0.5, p=3.0) + F.pairwise_distance(y, -y, p=float('inf'))",  # noqa: E501

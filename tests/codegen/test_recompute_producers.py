@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from stitch_graph.codegen import capture_program, plan_program
-from tests.codegen.cpu_emulation import check_rewrite_saves_kernels, planned_kernels
+from tests.codegen.cpu_emulation import (
+    check_on_cpu,
+    check_rewrite_saves_kernels,
+    generate_checked,
+    planned_kernels,
+)
 
 _PROBLEM = """
 import torch
@@ -95,3 +100,14 @@ def test_a_padding_mask_of_two_ops_is_computed_by_each_reader(
         patched.setattr(_capture_recompute, "_LONGEST_CHAIN", 1)
         assert chained < planned_kernels(_MASKED_MEAN)
     check_rewrite_saves_kernels(_MASKED_MEAN, tmp_path, monkeypatch, "recompute_cheap_producers")
+
+
+def test_copies_of_chains_that_share_a_member_take_names_of_their_own(tmp_path: Path) -> None:
+    # the chain (sub) copied for one reader, then (sub, exp) for another: two copies of sub
+    body = (
+        "lp = x - torch.logsumexp(x, dim=1, keepdim=True)\n        p = lp.exp()\n"
+        "        return (p * x.flip(1)).sum(dim=1), (p * lp).sum(dim=1)"
+    )
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -49,7 +49,11 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
             return None
         return _grids(ir, b, tensors, a.get("indexing") == "xy", name == "cartesian_prod")
     x = a["input"]
-    if not isinstance(x, Ref) or ir.dtypes[x] != "float32":
+    if not isinstance(x, Ref):
+        return None
+    if name == "diag" and len(ir.shapes[x]) == 2 and isinstance(a.get("diagonal", 0), int):
+        return b("diagonal", torch.diagonal, x, a.get("diagonal", 0))  # a view, of any dtype
+    if ir.dtypes[x] != "float32":
         return None
     if name == "unfold":
         return _im2col(ir, b, x, a) if len(ir.shapes[x]) == 4 else None

@@ -27,7 +27,7 @@ from stitch_graph.codegen._capture_compose import (
     compose,
 )
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
-from stitch_graph.codegen._capture_indexing import index_put, joint_index
+from stitch_graph.codegen._capture_indexing import index_put, joint_index, sliced_index
 from stitch_graph.codegen._capture_names import _canonical_name
 from stitch_graph.codegen._capture_order import (
     ORDER_METHODS,
@@ -101,12 +101,18 @@ def _decompose(
         return _decompose_einsum(ir, fx_node, args, ours)
     if fx_node.target is operator.getitem and len(args) == 2 and isinstance(args[0], Ref):
         b = _Builder(ir, ours, fx_node.name)
-        return _all_or_nothing(ir, lambda: joint_index(ir, b, args[0], args[1]))
+        return _all_or_nothing(
+            ir, lambda: joint_index(ir, b, args[0], args[1]) or sliced_index(ir, b, args[0], args[1])
+        )
     if fx_node.target is torch.ops.aten.index.Tensor and len(args) == 2 and isinstance(args[0], Ref):
         # the exported x[i, j]: aten.index(x, [i, j]), None for a full slice
         index = tuple(slice(None) if i is None else i for i in args[1])
         b = _Builder(ir, ours, fx_node.name)
         return _all_or_nothing(ir, lambda: joint_index(ir, b, args[0], index))
+    if name in ("cat", "stack") and args and isinstance(args[0], Ref):
+        b = _Builder(ir, ours, fx_node.name)
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        return _all_or_nothing(ir, lambda: _joined_unbind(ir, b, name, args[0], dim))
     if name == "index_put" and args and isinstance(args[0], Ref):
         a = OpInfo(name, "unsupported", _INDEX_PUT, params=parse_signature(_INDEX_PUT)).bind(
             args, kwargs)
@@ -174,6 +180,17 @@ def _decompose_arrange(
         args = []
     b = _Builder(ir, ours, fx_node.name)
     return _all_or_nothing(ir, lambda: arrange(ir, b, name, info.bind(args, kwargs), tensors))
+
+
+def _joined_unbind(ir: ProgramIR, b: _Builder, name: str, parts: Ref, dim: Any) -> Ref | None:
+    """``torch.cat(x.unbind(d), c)`` (or ``stack``): the tuple taken apart into its views, one
+    per element, joined as any list of tensors is; ``None`` for other tuples."""
+    producer = next((n for n in ir.nodes if n.name == parts.name), None)
+    if producer is None or producer.op != "unbind" or not isinstance(dim, int):
+        return None
+    x, d = producer.args["input"], int(producer.args.get("dim", 0))
+    views = [b("select", torch.select, x, d, i) for i in range(ir.shapes[x][d])]
+    return b(name, torch.cat if name == "cat" else torch.stack, views, dim)
 
 
 def _padded_same_conv(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:

@@ -58,6 +58,24 @@ def joint_index(ir: ProgramIR, b: _Builder, x: Ref, index: Any) -> Ref | None:
     return b("index", operator.getitem, flat, (*[slice(None)] * first, joint))
 
 
+def sliced_index(ir: ProgramIR, b: _Builder, x: Ref, index: Any) -> Ref | None:
+    """``x[perm, :, a:b]``: one int64 tensor beside slices, some not whole, as the slices'
+    view then a gather by the tensor (slices keep every dim, so it indexes the same dim);
+    ``None`` for any other index."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    tensors = [k for k, v in enumerate(items) if isinstance(v, Ref)]
+    if len(tensors) != 1 or ir.dtypes.get(items[tensors[0]]) != "int64":
+        return None
+    if not all(isinstance(v, slice) for k, v in enumerate(items) if k != tensors[0]):
+        return None
+    if all(v == slice(None) for k, v in enumerate(items) if k != tensors[0]):
+        return None  # a gather by itself
+    at = tensors[0]
+    view = b("getitem", operator.getitem, x,
+             tuple(slice(None) if k == at else v for k, v in enumerate(items)))
+    return b("index", operator.getitem, view, (*[slice(None)] * at, items[at]))
+
+
 def index_put(
     ir: ProgramIR, b: _Builder, x: Ref, index: Any, values: Any, accumulate: bool
 ) -> Ref | None:

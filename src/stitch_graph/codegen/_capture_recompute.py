@@ -112,8 +112,13 @@ def _give_copy(ir: ProgramIR, chain: list[OpNode], reader: OpNode, k: int) -> No
     the value's place."""
     swap: dict[Ref, Ref] = {}
     at = ir.nodes.index(chain[-1]) + 1
+    taken = {n.name for n in ir.nodes}
     for member in chain:
-        copy = _copy_of(ir, member, f"{member.name}__again{k}")
+        n = k
+        while f"{member.name}__again{n}" in taken:  # a copy of an earlier chain holds it
+            n += 1
+        copy = _copy_of(ir, member, f"{member.name}__again{n}")
+        taken.add(copy.name)
         _rewire(copy, swap)
         swap[Ref("node", member.name)] = Ref("node", copy.name)
         ir.nodes.insert(at, copy)
