@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stitch_graph.codegen import _capture_recompute, _fusion_passes
+from stitch_graph.codegen import _capture_recompute, _fusion_passes, schedule
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked, planned_kernels
 
 _BOX_LOSS = """
@@ -65,6 +65,8 @@ def test_each_change_saves_a_kernel(change: str, monkeypatch: pytest.MonkeyPatch
     if change == "fold":  # only a pointwise kernel's epilogue takes the shared producers
         monkeypatch.setattr(_fusion_passes, "_epilogue_takes", lambda ir, into, shape: (
             into.anchor is None))
+        # nor does a pointwise kernel store them beside its own result
+        monkeypatch.setattr(schedule, "joins_storing", lambda *args: False)
     else:  # no value weighed: the mask stays a kernel of its own
         monkeypatch.setattr(_capture_recompute, "_MOST_TRIALS", 0)
     assert planned_kernels(_BOX_LOSS) > 2

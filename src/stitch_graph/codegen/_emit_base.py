@@ -673,7 +673,7 @@ class _EmitterBase:
     ) -> list[str]:
         """Emit a pointwise kernel (and its float4 twin); return the host launch lines. Members
         that kernels after this one read (or the program returns) are stored too, each into
-        its own buffer of the output's shape (``schedule._joins_storing``)."""
+        its own buffer of the output's shape (``_fusion_passes.joins_storing``)."""
         space = out.shape
         n = numel(space)
         dest = self.cat_slices.get(out.name)  # a concatenation's operand: stored in its slice

@@ -11,7 +11,7 @@ the emitter and a plan's own grouping agree.
 from __future__ import annotations
 
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
-from stitch_graph.codegen.ops import INDEXED, READS_ELSEWHERE, lookup
+from stitch_graph.codegen.ops import GENERATED_DTYPES, INDEXED, READS_ELSEWHERE, lookup
 
 _READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
 
@@ -42,13 +42,61 @@ def _through_parameter(
     return next((k for k, v in producer.args.items() if v == operands[0]), None)
 
 
+def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts into ``to``."""
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
+
+
+def computable_on_load(ir: ProgramIR, g: Group, group_of: dict[str, Group]) -> bool:
+    """Whether every epilogue node of a library anchor can be computed on a consumer's load:
+    it has the anchor's shape, or a smaller one broadcast into it that reads nothing another
+    kernel writes (attention's causal mask, compared from a buffer)."""
+    shape = ir.node(g.anchor or "").shape
+    members = set(g.epilogue)
+    for m in g.epilogue:
+        node = ir.node(m)
+        if node.shape == shape:
+            continue
+        if not broadcasts(tuple(node.shape), tuple(shape)):
+            return False
+        for ref in node.tensor_refs():
+            if ref.kind == "node" and ref.name not in members and ref.name in group_of:
+                return False
+    return True
+
+
 def stores_beside(g: Group, users: dict[str, list[str]]) -> bool:
     """Whether a member of ``g`` besides its output is read outside it: the pointwise kernel
-    stores that result too (``schedule._joins_storing``), which another kind would not."""
+    stores that result too (``joins_storing``), which another kind would not."""
     inside = set(g.members)
     return any(
         u not in inside for m in g.members if m != g.output for u in users.get(m, [])
     )
+
+
+def joins_storing(
+    ir: ProgramIR, g: Group, node: OpNode, users: dict[str, list[str]], order: dict[str, int]
+) -> bool:
+    """Whether the pointwise kernel ``g``, whose results others read too, joins the pointwise
+    kernel of ``node``, which then stores them beside its own (an optimizer step's new moments,
+    read again by its new parameter; a recurrent cell's state, read by the next step): the
+    same elements, and every other reader of them after ``node`` (the joined kernel launches
+    there) or the program's output."""
+    if g.anchor is not None or g.kind != "pointwise" or node.op in INDEXED:
+        return False
+    out = Ref("node", g.output)
+    if tuple(ir.shapes[out]) != tuple(node.shape) or ir.dtypes.get(out) not in GENERATED_DTYPES:
+        return False
+    inside = {*g.members, node.name}
+    for member in g.members:
+        for user in users[member]:
+            if user == "output" or user in inside:
+                continue
+            if order[user] < order[node.name] or ir.node(user).op in INDEXED:
+                return False
+    return True
 
 
 def groups_read_through(

@@ -128,6 +128,8 @@ class OpInfo:
 
 
 REGISTRY: dict[str, OpInfo] = {}
+GENERATED_DTYPES = frozenset({"float32", "bool", "int64", "int32"})
+"""The tensor types kernels read and write; an op on any other stays in PyTorch."""
 INDEXED = frozenset(
     {
         "cat", "stack", "interleave", "flip", "gather", "index", "roll", "pad", "triu", "tril",

@@ -32,8 +32,11 @@ from typing import Any
 
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
 from stitch_graph.codegen._fusion_passes import (
+    broadcasts,
+    computable_on_load,
     fold_shared_producers,
     groups_read_through,
+    joins_storing,
     stores_beside,
 )
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
@@ -48,6 +51,7 @@ from stitch_graph.codegen.ir import (
     row_layout,
 )
 from stitch_graph.codegen.ops import (
+    GENERATED_DTYPES,
     INDEXED,
     LOADS_THROUGH_PROLOGUE,
     explain_unsupported,
@@ -65,7 +69,7 @@ __all__ = [
     "schedule_program",
 ]
 
-_DTYPES = {"float32", "bool", "int64", "int32"}
+_DTYPES = GENERATED_DTYPES
 _INTEGERS = ("bool", "int64", "int32")  # what an int64 sum (a count) may add up
 _ITEM_KIND = {
     "pointwise": "pointwise",
@@ -493,53 +497,6 @@ def _concatenated_siblings(
     return groups
 
 
-def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
-    if len(shape) > len(to):
-        return False
-    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
-
-
-def _computable_on_load(ir: ProgramIR, g: Group, group_of: dict[str, Group]) -> bool:
-    """Whether every epilogue node of a library anchor can be computed on a consumer's load:
-    it has the anchor's shape, or a smaller one broadcast into it that reads nothing another
-    kernel writes (attention's causal mask, compared from a buffer)."""
-    shape = ir.node(g.anchor or "").shape
-    members = set(g.epilogue)
-    for m in g.epilogue:
-        node = ir.node(m)
-        if node.shape == shape:
-            continue
-        if not _broadcasts(tuple(node.shape), tuple(shape)):
-            return False
-        for ref in node.tensor_refs():
-            if ref.kind == "node" and ref.name not in members and ref.name in group_of:
-                return False
-    return True
-
-
-def _joins_storing(
-    ir: ProgramIR, g: Group, node: OpNode, users: dict[str, list[str]], order: dict[str, int]
-) -> bool:
-    """Whether the pointwise kernel ``g``, whose results others read too, joins the pointwise
-    kernel of ``node``, which then stores them beside its own (an optimizer step's new moments,
-    read again by its new parameter; a recurrent cell's state, read by the next step): the
-    same elements, and every other reader of them after ``node`` (the joined kernel launches
-    there) or the program's output."""
-    if g.anchor is not None or g.kind != "pointwise" or node.op in INDEXED:
-        return False
-    out = Ref("node", g.output)
-    if tuple(ir.shapes[out]) != tuple(node.shape) or ir.dtypes.get(out) not in _DTYPES:
-        return False
-    inside = {*g.members, node.name}
-    for member in g.members:
-        for user in users[member]:
-            if user == "output" or user in inside:
-                continue
-            if order[user] < order[node.name] or ir.node(user).op in INDEXED:
-                return False
-    return True
-
-
 def schedule_program(ir: ProgramIR) -> list[Group]:
     """Fuse the program's nodes into groups, in execution order.
 
@@ -603,14 +560,14 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 if g is None or g in candidates:
                     continue
                 single = users[g.output] == [node.name] and not stores_beside(g, users)
-                if not single and not _joins_storing(ir, g, node, users, order):
+                if not single and not joins_storing(ir, g, node, users, order):
                     continue
                 if g.kind == "scatter":
                     continue  # its threads write positions an index picks: no per-element epilogue
                 if ref.name != g.output:
                     continue
                 out_shape = ir.shapes[Ref("node", g.output)]
-                if g.anchor is None and _broadcasts(out_shape, node.shape):
+                if g.anchor is None and broadcasts(out_shape, node.shape):
                     candidates.append(g)
                 elif g.anchor is not None and out_shape == node.shape:
                     candidates.append(g)
@@ -655,7 +612,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
             ):
                 if g.anchor is None:
                     absorb(group, g, as_prologue=True)
-                elif g.kind in ("conv", "gemm") and g.epilogue and _computable_on_load(
+                elif g.kind in ("conv", "gemm") and g.epilogue and computable_on_load(
                     ir, g, group_of
                 ):
                     # the library writes its result once; the epilogue runs on this kernel's load
