@@ -43,6 +43,7 @@ BODIES = {
     "copied_under_its_mask": "z = x * 2\nm = y > 0\nz[:, :, m] = x[:, :, m]\nk = x > 1\nw = x.exp()\nz[k] = w[k]\nreturn z",  # noqa: E501
     # sizes only torch.export traces (a Python min of sizes): its slice views, chained
     "exported_slices_of_slices": "n = min(x.shape[1] // 2, 2)\nz = x.clone()\nz[:, 1:1 + n, 2:-1, ::2] = z[:, :n, 2:-1, ::2] + 1.0\nz[0, 0].mul_(3.0)\nreturn z * 2",  # noqa: E501
+    "exported_copy_under_its_mask": "n = min(x.shape[1] // 2, 2)\nz = x.clone()\nmed = x[:, :n].mean(1, keepdim=True).expand_as(x)\nm = (x - med).abs() > 1.0\nz[m] = med[m]\nreturn z * 2",  # noqa: E501
     "mask_of_the_leading_dims": "z = x * 2\nz[x[..., 0, 0] > 0] = 0.0\nz[:, 0] = 1.0\nreturn z + 1",
     "add_into_a_slice": "z = x.clone()\nz[..., 1:] += x[..., :-1]\nz[:, 2] *= 3.0\nreturn z",
     "into_the_input_itself": "x[:, :, 0] = y[0]\nreturn x * x",

@@ -8,7 +8,8 @@ every use of the selection is a sum, mean, max or min over everything (or a sum,
 amin over the selected dim), the selection is the same as the masked tensor with the other
 elements filled (zero, or an infinity for max and min), and a mean divides by the mask's
 count: ``x[m].mean()`` is ``where(m, x, 0).sum() / (m.sum() * rest)``. An empty mask gives
-PyTorch's results: a zero sum, a NaN mean. ``y[m] = x[m]`` is ``y[...] = where(m, x, y)``.
+PyTorch's results: a zero sum, a NaN mean. ``y[m] = x[m]`` is ``y[...] = where(m, x, y)``, on
+the fx path and on ``torch.export``'s (``aten.index`` then ``aten.index_put_``).
 
 The rewrite is made where propagation stopped, with the shapes of the values before it, and
 propagation runs again.
@@ -36,7 +37,7 @@ def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
     node = next((n for n in gm.graph.nodes if "sg_value" not in n.meta), None)
     if node is None or node.op != "call_function":
         return False
-    if _copied_under_mask(gm, node):
+    if _copied_under_mask(gm, node) or _exported_copy_under_mask(gm, node):
         return True
     selection = _selection(node)
     if selection is None:
@@ -127,6 +128,74 @@ def _copied_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bo
     for n in graph.nodes:
         n.meta.pop("sg_value", None)
     return True
+
+
+_ATEN = torch.ops.aten
+_SIZE_CHECKS = (_ATEN.sym_size.int, operator.ge, operator.le, _ATEN._assert_scalar.default)
+
+
+def _exported_copy_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bool:
+    """The exported ``out[m] = med[m]`` (``aten.index`` then ``aten.index_put_`` with the same
+    indices; the export's checks of the selection's size aside) as ``out.copy_(where(m, med,
+    out))``. Whether it was one."""
+    if selection.target is not _ATEN.index.Tensor:
+        return False
+    x, indices = selection.args
+    items = [slice(None) if i is None else i for i in indices]
+    mask, lead = items[-1], len(items) - 1
+    if not isinstance(mask, torch.fx.Node) or any(i != slice(None) for i in items[:-1]):
+        return False
+    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
+    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
+        return False
+    held = tuple(mask_value.shape)
+    if mask_value.dtype != torch.bool or tuple(x_value.shape[lead:lead + len(held)]) != held:
+        return False
+    checks, puts = _size_checks(selection), []
+    if any(u not in checks for check in checks for u in check.users):
+        return False  # the size is read for something else
+    for use in selection.users:
+        if use in checks:
+            continue
+        put = use.target in (_ATEN.index_put_.default, _ATEN.index_put.default)
+        if not put or use.args[2] is not selection or list(use.args[1]) != list(indices):
+            return False
+        if len(use.args) > 3 and use.args[3]:
+            return False  # accumulate
+        y_value = use.args[0].meta.get("sg_value")
+        if not torch.is_tensor(y_value) or tuple(y_value.shape) != tuple(x_value.shape):
+            return False
+        puts.append(use)
+    graph = gm.graph
+    spread = [*(1,) * lead, *held, *(1,) * (x_value.dim() - lead - len(held))]
+    for put in puts:
+        y = put.args[0]
+        with graph.inserting_before(put):
+            keep = graph.call_function(_ATEN.reshape.default, (mask, spread))
+            kept = graph.call_function(_ATEN.where.self, (keep, x, y))
+        put.target, put.args, put.kwargs = _ATEN.copy_.default, (y, kept), {}
+    for check in reversed(checks):
+        graph.erase_node(check)
+    graph.erase_node(selection)
+    gm.recompile()
+    for n in graph.nodes:
+        n.meta.pop("sg_value", None)
+    return True
+
+
+def _size_checks(selection: torch.fx.Node) -> list[torch.fx.Node]:
+    """The export's checks of a selection's size: its ``sym_size`` and the comparisons and
+    assertions on it, in graph order; each read by no other node."""
+    found: list[torch.fx.Node] = []
+    todo = [u for u in selection.users if u.target is _ATEN.sym_size.int]
+    while todo:
+        node = todo.pop()
+        if node.target not in _SIZE_CHECKS or node in found:
+            continue
+        found.append(node)
+        todo.extend(node.users)
+    order = {n: k for k, n in enumerate(selection.graph.nodes)}
+    return sorted(found, key=order.__getitem__)
 
 
 def data_dependent_hint(gm: torch.fx.GraphModule) -> str:
