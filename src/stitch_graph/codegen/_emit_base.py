@@ -687,7 +687,8 @@ class _EmitterBase:
         outs = [f"{_CTYPE.get(m.dtype, 'float')}* __restrict__ out{k}" for k, m in enumerate(stored)]
         outs.append(f"{otype}* __restrict__ out")
 
-        def body(args: _Args, idx: str) -> tuple[list[str], str]:
+        def body(args: _Args, idx: str) -> tuple[list[str], str, list[str]]:
+            """The kernel's lines, its result's value, and the values stored beside it."""
             env: dict[str, str] = {}
             lines: list[str] = []
             if anchor_line is not None:
