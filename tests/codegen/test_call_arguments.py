@@ -1,7 +1,8 @@
 """What a call's arguments say, honoured: inputs in any layout (a transposed input was read as if
 it were dense), ``round``'s ``decimals`` (dropped by the expression once), an element of a
-``max(dim)`` pair left to PyTorch (its host line named a tuple no line computed), and a factory
-given a tensor only for its dtype (``h.new_zeros``), whose producer need not run for it."""
+``max(dim)`` pair left to PyTorch (its host line named a tuple no line computed), a factory
+given a tensor only for its dtype (``h.new_zeros``), whose producer need not run for it, and a
+slice of a tuple left to PyTorch (``parts[:1]`` was made contiguous, as if it were a tensor)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,7 @@ def test_a_factory_does_not_keep_its_tensor_alive(tmp_path: Path) -> None:
     program = _checked("h = y.exp() * 3\n        return h.new_zeros(4, 6) + x[:, :6]", tmp_path)
     assert not program.declared_torch_ops, program.declared_torch_ops
     assert "exp" not in program.kernel_source.split("extern", 1)[1]
+
+
+def test_a_slice_of_a_tuple_left_to_pytorch_stays_a_tuple(tmp_path: Path) -> None:
+    _checked("return torch.cat(y.split([2, 4], dim=1)[:1] * 2, 1) + 1.0", tmp_path)

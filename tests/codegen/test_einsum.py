@@ -27,6 +27,10 @@ CASES = {
     "one_operand_sum_and_permute": ("ijk->ki", f"{_R}(3, 4, 5)"),
     "elementwise_then_transposed": ("ij,ij->ji", f"{_R}(4, 6), {_R}(4, 6)"),
     "letter_summed_before_the_product": ("ijk,jl->il", f"{_R}(3, 4, 5), {_R}(4, 2)"),
+    # a letter an operand repeats: its diagonal (a batch of traces; a product with one)
+    "batch_of_traces": ("bii->b", f"{_R}(3, 5, 5)"),
+    "product_with_a_diagonal": ("bij,bjj->bi", f"{_R}(2, 4, 5), {_R}(2, 5, 5)"),
+    "a_diagonal": ("ii->i", f"{_R}(4, 4)"),
 }
 
 
@@ -62,7 +66,7 @@ def test_einsum_is_generated_and_matches_pytorch(case: str, tmp_path: Path) -> N
 
 def test_equations_it_does_not_reproduce_stay_in_pytorch() -> None:
     for equation, inputs in [
-        ("ii->i", f"{_R}(4, 4)"),  # a diagonal
+        ("iii->i", f"{_R}(3, 3, 3)"),  # a letter repeated three times
         ("...ij,...jk->...ik", f"{_R}(2, 3, 4), {_R}(2, 4, 5)"),  # an ellipsis
         ("ij,ij->ij", f"{_R}(1, 4), {_R}(3, 4)"),  # sizes that broadcast
     ]:

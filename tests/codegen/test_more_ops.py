@@ -128,6 +128,7 @@ EXPRS = [
     "torch.diff(y, n=2, dim=1).sum(1, keepdim=True) + torch.diff(y, dim=-1, prepend=y[..., :1], append=x[..., :2]).mean(-1, keepdim=True)",  # noqa: E501
     # a tuple of views joined again, an integer matrix's diagonal, a gather beside partial slices
     "torch.cat(y.unbind(1), 0).sum(0) + torch.stack(y.unbind(1), 2).mean((0, 2))",
+    "torch.cat(y.chunk(2, dim=3), 1).sum(1, keepdim=True) + torch.stack(y.split(4, dim=3), 0).mean(0)",  # noqa: E501
     "torch.diag((y[0, 0] * 3).long()).float() + y[torch.tensor([2, 0, 1]), :, 1:4, ::2].sum((0, 1, 2)).sum()",  # noqa: E501
     # cross entropy against class probabilities (distillation, mixup)
     "F.cross_entropy(y, torch.softmax(y * 2, 1), label_smoothing=0.1) + F.cross_entropy(y, torch.softmax(-y, 1), reduction='none')",  # noqa: E501

@@ -183,14 +183,40 @@ def _decompose_arrange(
 
 
 def _joined_unbind(ir: ProgramIR, b: _Builder, name: str, parts: Ref, dim: Any) -> Ref | None:
-    """``torch.cat(x.unbind(d), c)`` (or ``stack``): the tuple taken apart into its views, one
-    per element, joined as any list of tensors is; ``None`` for other tuples."""
+    """``torch.cat(x.unbind(d), c)`` (or ``stack``, or of ``chunk`` or ``split``): the tuple
+    taken apart into its views, one per element, joined as any list of tensors is; ``None``
+    for other tuples."""
     producer = next((n for n in ir.nodes if n.name == parts.name), None)
-    if producer is None or producer.op != "unbind" or not isinstance(dim, int):
+    if producer is None or producer.op not in _TUPLES_OF_VIEWS or not isinstance(dim, int):
         return None
     x, d = producer.args["input"], int(producer.args.get("dim", 0))
-    views = [b("select", torch.select, x, d, i) for i in range(ir.shapes[x][d])]
+    length = ir.shapes[x][d]
+    if producer.op == "unbind":
+        views = [b("select", torch.select, x, d, i) for i in range(length)]
+    else:
+        sizes = _piece_sizes(producer, length)
+        if sizes is None:
+            return None
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
+        views = [b("narrow", torch.narrow, x, d, at, n) for at, n in zip(starts, sizes, strict=True)]
     return b(name, torch.cat if name == "cat" else torch.stack, views, dim)
+
+
+_TUPLES_OF_VIEWS = ("unbind", "chunk", "split")
+
+
+def _piece_sizes(producer: Any, length: int) -> list[int] | None:
+    """The lengths of ``chunk``'s or ``split``'s pieces along their dim, as PyTorch cuts."""
+    if producer.op == "chunk":
+        count = int(producer.args["chunks"])
+        step = -(-length // count)
+        return [min(step, length - at) for at in range(0, length, step)]
+    given = producer.args.get("split_size_or_sections")
+    if isinstance(given, int) and given > 0:
+        return [min(given, length - at) for at in range(0, length, given)]
+    if isinstance(given, list | tuple) and all(isinstance(n, int) for n in given):
+        return list(given) if sum(given) == length else None
+    return None
 
 
 def _padded_same_conv(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:

@@ -35,6 +35,40 @@ def einsum_operands(args: list[Any]) -> tuple[str, list[Any]] | None:
     return args[0], list(args[1:])
 
 
+def _diagonals_taken(
+    ir: ProgramIR, build: Any, eq: str, operands: list[Any]
+) -> tuple[str, list[Any]] | None:
+    """The equation with each letter an operand repeats (``'bii->b'``, a batch of traces)
+    replaced by that operand's diagonal over the two dims (a view; its dim goes last), as
+    einsum reads it; ``None`` where the repeated dims differ in size."""
+    eq = eq.replace(" ", "")
+    if "->" not in eq:
+        return eq, operands
+    lhs, out = eq.split("->")
+    subs = lhs.split(",")
+    if len(subs) != len(operands):
+        return None
+    for letters, ref in zip(subs, operands, strict=True):
+        repeated = {c for c in letters if letters.count(c) > 1}
+        if repeated and (not isinstance(ref, Ref) or len(letters) != len(ir.shapes[ref])):
+            return None
+        for c in repeated:
+            sizes = {ir.shapes[ref][k] for k, d in enumerate(letters) if d == c}
+            if len(sizes) != 1 or letters.count(c) != 2:
+                return None
+    taken_subs, taken_ops = [], []
+    for letters, ref in zip(subs, operands, strict=True):
+        while any(letters.count(c) > 1 for c in letters):
+            c = next(c for c in letters if letters.count(c) > 1)
+            first = letters.index(c)
+            second = letters.index(c, first + 1)
+            ref = build("diagonal", torch.diagonal, ref, 0, first, second)
+            letters = "".join(d for k, d in enumerate(letters) if k not in (first, second)) + c
+        taken_subs.append(letters)
+        taken_ops.append(ref)
+    return f"{','.join(taken_subs)}->{out}", taken_ops
+
+
 def _parse(ir: ProgramIR, eq: str, operands: list[Any]) -> tuple[list[str], str, dict] | None:
     eq = eq.replace(" ", "")
     if "->" not in eq or "." in eq:
@@ -158,6 +192,10 @@ def lower_einsum(ir: ProgramIR, build: Any, args: list[Any], path: Any = None) -
     if parsed is None:
         return None
     eq, operands = parsed
+    taken = _diagonals_taken(ir, build, eq, operands)
+    if taken is None:
+        return None
+    eq, operands = taken
     spec = _parse(ir, eq, operands)
     if spec is None:
         return None

@@ -251,9 +251,9 @@ def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]
     """Whether ``node`` picks a tensor out of the tuple an op left to PyTorch returns, where
     kernels read it as dense. PyTorch's element need not be (``nn.LSTM(batch_first=True)``
     returns its output transposed); ``.contiguous()`` costs nothing when it already is."""
-    if node.op != "getitem":
-        return False
-    source = node.call_args[0] if node.call_args else None
+    if node.op != "getitem" or len(node.call_args) != 2 or not isinstance(node.call_args[1], int):
+        return False  # a slice of the tuple (``parts[:1]``) is a tuple
+    source = node.call_args[0]
     ref = Ref("node", node.name)
     return (
         isinstance(source, Ref)
