@@ -1,5 +1,6 @@
 """Writes through integer-tensor indices: ``index_put_`` (with ``accumulate``, duplicate
-indices adding up), ``torch.index_put`` and ``y[rows, cols] = v`` become one scatter into a copy
+indices adding up), ``torch.index_put``, ``index_copy``, ``index_fill`` and
+``y[rows, cols] = v`` become one scatter into a copy
 of the tensor, or into the tensor itself where nothing else reads it. Before, PyTorch ran them,
 and its deterministic accumulate made a GCN's adjacency 6x slower than ``torch.compile``."""
 
@@ -47,6 +48,10 @@ BODIES = {
     "accumulate_rows_broadcast": """y = torch.tanh(x)
         y.index_put_((rows[0] % 4,), w[0, :8], accumulate=True)
         return y""",
+    # index_copy and index_fill: the same writes along one dim
+    "index_copy_and_fill": """y = x.clone()
+        y.index_copy_(1, torch.tensor([3, 11, 7], device=x.device), x[:, :3] * 2)
+        return torch.index_fill(y, 2, torch.tensor([6, 1], device=x.device), -1.0)""",
 }
 
 

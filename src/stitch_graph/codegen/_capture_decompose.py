@@ -71,6 +71,8 @@ _DECOMPOSE_SIGNATURES = {
     "lstm_cell": "input, hx, w_ih, w_hh, b_ih=None, b_hh=None",
 }
 _INDEX_PUT = "input, indices, values, accumulate=False"  # Tensor.index_put_ and ATen's
+# writes along one dim at an index vector: index_put with full slices before it
+_INDEX_WRITES = {"index_copy": "input, dim, index, source", "index_fill": "input, dim, index, value"}
 # elementwise losses: (registry op of the 'none' reduction, extra arguments it takes)
 _ELEMENTWISE_LOSSES = {
     "mse_loss": ("mse_elem", ()),
@@ -113,6 +115,11 @@ def _decompose(
         b = _Builder(ir, ours, fx_node.name)
         dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
         return _all_or_nothing(ir, lambda: _joined_unbind(ir, b, name, args[0], dim))
+    if name in _INDEX_WRITES and args and isinstance(args[0], Ref):
+        a = OpInfo(name, "unsupported", _INDEX_WRITES[name],
+                   params=parse_signature(_INDEX_WRITES[name])).bind(args, kwargs)
+        b = _Builder(ir, ours, fx_node.name)
+        return _all_or_nothing(ir, lambda: _index_write(ir, b, name, a))
     if name == "index_put" and args and isinstance(args[0], Ref):
         a = OpInfo(name, "unsupported", _INDEX_PUT, params=parse_signature(_INDEX_PUT)).bind(
             args, kwargs)
@@ -180,6 +187,17 @@ def _decompose_arrange(
         args = []
     b = _Builder(ir, ours, fx_node.name)
     return _all_or_nothing(ir, lambda: arrange(ir, b, name, info.bind(args, kwargs), tensors))
+
+
+def _index_write(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
+    """``index_copy`` and ``index_fill`` along ``dim`` at a vector of positions, as the
+    ``x[:, :, index] = v`` they are (``_capture_indexing.index_put``)."""
+    x, index = a["input"], a["index"]
+    if not isinstance(index, Ref) or len(ir.shapes[index]) != 1 or not isinstance(a["dim"], int):
+        return None
+    dim = a["dim"] % len(ir.shapes[x])
+    value = a["source"] if name == "index_copy" else a["value"]
+    return index_put(ir, b, x, (*[slice(None)] * dim, index), value, False)
 
 
 def _joined_unbind(ir: ProgramIR, b: _Builder, name: str, parts: Ref, dim: Any) -> Ref | None:
