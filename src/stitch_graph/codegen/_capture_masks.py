@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Any
 
 import torch
 import torch.fx
@@ -81,10 +82,27 @@ def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
         use.replace_all_uses_with(result)
         graph.erase_node(use)
     graph.erase_node(node)
-    gm.recompile()
-    for n in graph.nodes:
-        n.meta.pop("sg_value", None)
+    _recompiled(gm)
     return True
+
+
+def _mask_after_slices(
+    x: Any, items: list[Any]
+) -> tuple[torch.fx.Node, int, tuple[int, ...], torch.Tensor] | None:
+    """(the mask, the full slices before it, its shape, ``x``'s value) where ``x[items]`` is a
+    boolean mask of ``x``'s dims after full slices, else ``None``."""
+    mask, lead = items[-1], len(items) - 1
+    if not isinstance(x, torch.fx.Node) or not isinstance(mask, torch.fx.Node):
+        return None
+    if any(item != slice(None) for item in items[:-1]):
+        return None
+    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
+    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
+        return None
+    held = tuple(mask_value.shape)
+    if mask_value.dtype != torch.bool or tuple(x_value.shape[lead:lead + len(held)]) != held:
+        return None
+    return mask, lead, held, x_value
 
 
 def _copied_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bool:
@@ -94,18 +112,10 @@ def _copied_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bo
     if selection.target is not operator.getitem or not selection.users:
         return False
     x, index = selection.args
-    items = index if isinstance(index, tuple) else (index,)
-    mask, lead = items[-1], len(items) - 1
-    if not isinstance(x, torch.fx.Node) or not isinstance(mask, torch.fx.Node):
+    found = _mask_after_slices(x, list(index) if isinstance(index, tuple) else [index])
+    if found is None:
         return False
-    if any(item != slice(None) for item in items[:-1]):
-        return False
-    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
-    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
-        return False
-    held = tuple(mask_value.shape)
-    if mask_value.dtype != torch.bool or tuple(x_value.shape[lead:lead + len(held)]) != held:
-        return False
+    mask, lead, held, x_value = found
     for use in selection.users:
         if use.op != "call_function" or use.target is not operator.setitem:
             return False
@@ -124,9 +134,7 @@ def _copied_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node) -> bo
             kept = graph.call_function(torch.where, (keep, x, y))
         use.args = (y, Ellipsis, kept)
     graph.erase_node(selection)
-    gm.recompile()
-    for n in graph.nodes:
-        n.meta.pop("sg_value", None)
+    _recompiled(gm)
     return True
 
 
@@ -141,16 +149,10 @@ def _exported_copy_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node
     if selection.target is not _ATEN.index.Tensor:
         return False
     x, indices = selection.args
-    items = [slice(None) if i is None else i for i in indices]
-    mask, lead = items[-1], len(items) - 1
-    if not isinstance(mask, torch.fx.Node) or any(i != slice(None) for i in items[:-1]):
+    found = _mask_after_slices(x, [slice(None) if i is None else i for i in indices])
+    if found is None:
         return False
-    x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
-    if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
-        return False
-    held = tuple(mask_value.shape)
-    if mask_value.dtype != torch.bool or tuple(x_value.shape[lead:lead + len(held)]) != held:
-        return False
+    mask, lead, held, x_value = found
     checks, puts = _size_checks(selection), []
     if any(u not in checks for check in checks for u in check.users):
         return False  # the size is read for something else
@@ -177,9 +179,7 @@ def _exported_copy_under_mask(gm: torch.fx.GraphModule, selection: torch.fx.Node
     for check in reversed(checks):
         graph.erase_node(check)
     graph.erase_node(selection)
-    gm.recompile()
-    for n in graph.nodes:
-        n.meta.pop("sg_value", None)
+    _recompiled(gm)
     return True
 
 
@@ -196,6 +196,13 @@ def _size_checks(selection: torch.fx.Node) -> list[torch.fx.Node]:
         todo.extend(node.users)
     order = {n: k for k, n in enumerate(selection.graph.nodes)}
     return sorted(found, key=order.__getitem__)
+
+
+def _recompiled(gm: torch.fx.GraphModule) -> None:
+    """The rewritten graph's code regenerated, and its shapes dropped for propagation again."""
+    gm.recompile()
+    for n in gm.graph.nodes:
+        n.meta.pop("sg_value", None)
 
 
 def data_dependent_hint(gm: torch.fx.GraphModule) -> str:
