@@ -21,7 +21,7 @@ import torch.fx
 from stitch_graph.codegen._capture_aliases import _mutated_arg
 from stitch_graph.codegen._capture_base import CaptureError, _flat, _node_of
 from stitch_graph.codegen.ir import ProgramIR, Ref
-from stitch_graph.codegen.ops import REGISTRY, lookup
+from stitch_graph.codegen.ops import GENERATED_DTYPES, REGISTRY, lookup
 
 _OPERATORS: dict[Any, str] = {
     operator.add: "add",
@@ -282,10 +282,8 @@ def _generated_dtype(value: Any, bound: dict[str, Any]) -> bool:
     left to PyTorch, whose call would still name the tensor) and its fill is a number."""
     fill = bound.get("fill_value", 0)
     plain_fill = isinstance(fill, int | float) and not isinstance(fill, bool)
-    return torch.is_tensor(value) and str(value.dtype) in _WRITTEN and plain_fill
-
-
-_WRITTEN = ("torch.float32", "torch.int64", "torch.int32", "torch.bool")
+    dtype = str(value.dtype).removeprefix("torch.") if torch.is_tensor(value) else None
+    return dtype in GENERATED_DTYPES and plain_fill
 
 
 def _variant(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stitch_graph.codegen._capture_setitem import region_shape
 from stitch_graph.codegen._emit_base import (
     _CTYPE,
     _MAX_GRID,
@@ -31,6 +32,13 @@ def _root(ir: ProgramIR, ref: Any) -> Any:
     return ref
 
 
+def written_by_a_kernel(ir: ProgramIR, producer: OpNode) -> bool:
+    """Whether ``producer``'s result is a buffer of its own that a kernel of the program wrote
+    (what PyTorch returns may be a view of another tensor)."""
+    kind = node_kind(ir, producer)[0]
+    return kind not in ("unsupported", "view") and producer.op != "getitem"
+
+
 def writes_in_place(ir: ProgramIR, node: OpNode, members: list[str]) -> bool:
     """Whether the assignment ``node`` may store into its input's buffer: a contiguous tensor
     a kernel of this program wrote, not an output; its value no view of it; and every other
@@ -40,8 +48,7 @@ def writes_in_place(ir: ProgramIR, node: OpNode, members: list[str]) -> bool:
         return False
     if tuple(ir.shapes[base]) != tuple(node.shape) or ir.dtypes.get(base) != node.dtype:
         return False
-    producer = ir.node(base.name)
-    if node_kind(ir, producer)[0] in ("unsupported", "view") or producer.op == "getitem":
+    if not written_by_a_kernel(ir, ir.node(base.name)):
         return False
     if isinstance(value, Ref) and _root(ir, value) == base:
         return False  # y[1:] = y[:-1]: the stores would overwrite what other threads read
@@ -73,14 +80,8 @@ class _RegionEmitter(_EmitterBase):
         base: Ref = out.args["input"]
         value = out.args["value"]
         dims = out.args["index"]
-        region: list[int] = []
-        for spec, size in zip(dims, ir.shapes[base], strict=True):
-            if spec[0] == "all":
-                region.append(size)
-            elif spec[0] == "slice":
-                _, start, stop, step = spec
-                region.append(max(0, (stop - start + step - 1) // step))
-        space, n = tuple(region), numel(region)
+        space = region_shape(dims, tuple(ir.shapes[base]))
+        n = numel(space)
         index = "long long" if numel(ir.shapes[base]) >= 2**31 else "int"
         args = _Args(ir)
         env: dict[str, str] = {}

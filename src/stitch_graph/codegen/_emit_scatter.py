@@ -26,6 +26,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _py,
 )
+from stitch_graph.codegen._emit_region import written_by_a_kernel
 from stitch_graph.codegen.ir import Group, Ref, contiguous_strides, numel
 from stitch_graph.codegen.schedule import _read_inside, node_kind
 from stitch_graph.codegen.tuning import KernelTuning
@@ -78,11 +79,8 @@ def _writable_input(ir: Any, node: Any, g: Group) -> bool:
         if numel(ir.shapes[x]) != size or ir.dtypes.get(x) != node.dtype:
             return False
         producer = ir.node(x.name)
-        kind, _ = node_kind(ir, producer)
-        if kind == "unsupported" or producer.op == "getitem":
-            return False  # PyTorch's result may be a view of another tensor
-        if kind != "view":
-            return True
+        if node_kind(ir, producer)[0] != "view":
+            return written_by_a_kernel(ir, producer)
         source = producer.args.get("input")
         if not isinstance(source, Ref) or source.kind != "node":
             return False  # a view of an input or a parameter
