@@ -121,6 +121,19 @@ def test_a_program_is_judged_against_float64_only_as_far_as_pytorch_is(sweep, mo
     assert wrong["ours_err_f64"] > 2 * wrong["eager_err_f64"] and wrong["correct_f64"] is False
 
 
+def test_each_side_gets_its_own_copy_of_inputs_a_model_writes(sweep, monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    class ClipsInPlace(torch.nn.Module):  # an optimiser step or a clip writes its inputs
+        def forward(self, g):
+            g.mul_(0.5)
+            return g.sum()
+
+    namespace = {"get_inputs": lambda: [torch.rand(64)]}
+    monkeypatch.setattr(sweep, "_draw", lambda torch, ns, seed: ns["get_inputs"]())
+    assert sweep._check(torch, ClipsInPlace(), ClipsInPlace(), namespace, 1e-4) == (True, 0.0)
+
+
 def test_a_hung_baseline_keeps_the_programs_own_row(sweep):
     """The worker reported the program and eager, then hung in a baseline's compile: the row
     counts as correct against eager, with the baselines it never reached marked failed."""

@@ -142,9 +142,9 @@ def _check(
         # the same seed before each side's forward: draws made in forward (an LSTM's random
         # initial state, training dropout) are then the same on both sides
         torch.manual_seed(2000 + trial)
-        expected = _outputs(reference(*args))
+        expected = _outputs(reference(*_copies(torch, args)))
         torch.manual_seed(2000 + trial)
-        got = _outputs(ours(*args))
+        got = _outputs(ours(*_copies(torch, args)))
         if len(expected) != len(got):
             return False, math.inf
         for e, g in zip(expected, got, strict=True):
@@ -176,9 +176,9 @@ def _against_float64(torch: Any, reference: Any, ours: Any, namespace: dict) -> 
         exact = _outputs(exact_model(*[a.double() if _floating(torch, a) else a for a in args]))
         del exact_model
         torch.manual_seed(3000)
-        fp32 = _outputs(reference(*args))
+        fp32 = _outputs(reference(*_copies(torch, args)))
         torch.manual_seed(3000)
-        got = _outputs(ours(*args))
+        got = _outputs(ours(*_copies(torch, args)))
     except Exception as error:  # noqa: BLE001 - no float64 forward: no second opinion
         return {"f64_error": f"{type(error).__name__}: {error}"[:160]}
     if not (len(exact) == len(fp32) == len(got)) or not all(map(torch.is_tensor, exact)):
@@ -190,6 +190,12 @@ def _against_float64(torch: Any, reference: Any, ours: Any, namespace: dict) -> 
         "ours_err_f64": ours_err,
         "correct_f64": math.isfinite(ours_err) and ours_err <= 2 * torch_err,
     }
+
+
+def _copies(torch: Any, args: list[Any]) -> list[Any]:
+    """The inputs of one forward: a model that writes into its inputs (an optimiser step, a
+    gradient clipped in place) leaves the next side the draw it was given."""
+    return [a.clone() if torch.is_tensor(a) else a for a in args]
 
 
 def _floating(torch: Any, value: Any) -> bool:

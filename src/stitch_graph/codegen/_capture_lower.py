@@ -40,6 +40,7 @@ from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
+from stitch_graph.codegen._capture_fx_rewrites import index_by_one_element, split_returned_tuple
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_interleave import interleave_stacks
 from stitch_graph.codegen._capture_log_softmax import lower_log_softmax_rows
@@ -113,7 +114,7 @@ def _propagate(meta_gm: torch.fx.GraphModule, args: list[Any]) -> None:
                 _RecordingShapeProp(meta_gm).propagate(*args)
             return
         except Exception as error:  # noqa: BLE001
-            if rewrite_masked_selection(meta_gm):
+            if rewrite_masked_selection(meta_gm) or index_by_one_element(meta_gm):
                 continue
             hint = data_dependent_hint(meta_gm)
             msg = f"shape propagation on meta tensors failed{hint}: {error}"
@@ -160,6 +161,8 @@ def _lower(
             constants[str(fx_node.target)] = tensor
     meta_gm = _graph_to_meta(gm)
     _propagate(meta_gm, args)
+    if split_returned_tuple(meta_gm):
+        _propagate(meta_gm, args)
     ir = ProgramIR(
         task=task,
         inputs=[],
@@ -310,6 +313,9 @@ def _lower_assignment(
     allow = (base.name, view_write.name) if view_write is not None else None
     writes.check_reads(fx_node, allow=allow)
     before = env.get(base.name) if isinstance(base, torch.fx.Node) else None
+    if view_write is not None and before == Ref("node", _written_back_name(view_write, base)):
+        env[fx_node.name] = before  # y[idx] op= v: the op's write-back already stored the region
+        return
     _, index, value = fx_node.args
     ref = lower_setitem(ir, fx_node.name, before, index, _subst(value, env), env, ours)
     if ref is None:
@@ -338,11 +344,16 @@ def _write_back(
         return
     base, index = found
     before = env.get(base.name)
-    name = f"{fx_node.name}_into_{base.name}"
+    name = _written_back_name(fx_node, base)
     ref = lower_setitem(ir, name, before, index, env.get(fx_node.name), env, ours)
     if ref is not None:
         writes.write(ir, fx_node, base, before, env, after=ref)
         writes.record(view)  # the view holds the op's result: still right
+
+
+def _written_back_name(op: torch.fx.Node, base: torch.fx.Node) -> str:
+    """The node of ``base`` after the in-place ``op`` on one of its views wrote it back."""
+    return f"{op.name}_into_{base.name}"
 
 
 def _lower_node(

@@ -42,7 +42,7 @@ def _eliminate_dead(ir: ProgramIR) -> None:
         ir.nodes = [n for n in ir.nodes if n.name not in dead]
 
 
-_NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv", "pool", "scan")
+_NEEDS_CONTIGUOUS = ("reduction", "norm", "softmax", "conv", "pool", "scan", "rnn")
 _RESHAPES = ("view", "flatten", "unflatten", "view_as")  # reshape is an alias of view
 
 
@@ -102,21 +102,36 @@ def _insert_copies(ir: ProgramIR) -> None:
             gemm = info is not None and info.kind == "gemm"
             grown = _batch_broadcast(node, shape) if gemm else None
             if needs or grown:
-                name = f"{node.name}_{key}"
                 shape = grown or shape
                 # left to PyTorch, the copy must still have the broadcast shape
                 call = f".expand({', '.join(map(str, shape))}).contiguous" if grown else ".contiguous"
-                copy = OpNode(name, "copy", {"input": src}, shape, ir.dtypes[src], call, [src])
-                new_nodes.append(copy)
-                ref = Ref("node", name)
-                ir.shapes[ref] = shape
-                ir.strides[ref] = contiguous_strides(shape)
-                ir.dtypes[ref] = ir.dtypes[src]
+                ref = _copy_of(ir, f"{node.name}_{key}", src, shape, call, new_nodes)
                 node.args = {**node.args, key: ref}
                 node.call_args = [ref if a == src else a for a in node.call_args]
+        hx = node.args.get("hx")
+        if info is not None and info.kind == "rnn" and hx is not None:
+            listed = isinstance(hx, list | tuple)
+            states = [  # a state given transposed or sliced (an LSTM's is a pair)
+                _copy_of(ir, f"{node.name}_hx{k}", h, ir.shapes[h], ".contiguous", new_nodes)
+                if isinstance(h, Ref) and h.kind == "node" and not ir.is_contiguous(h) else h
+                for k, h in enumerate(hx if listed else [hx])
+            ]
+            node.args = {**node.args, "hx": states if listed else states[0]}
         new_nodes.append(node)
     ir.nodes = new_nodes
     _relayout_views(ir)
+
+
+def _copy_of(
+    ir: ProgramIR, name: str, src: Ref, shape: tuple[int, ...], call: str, new_nodes: list[OpNode]
+) -> Ref:
+    """A contiguous copy of ``src`` (a pointwise ``copy`` node) appended to ``new_nodes``."""
+    new_nodes.append(OpNode(name, "copy", {"input": src}, shape, ir.dtypes[src], call, [src]))
+    ref = Ref("node", name)
+    ir.shapes[ref] = shape
+    ir.strides[ref] = contiguous_strides(shape)
+    ir.dtypes[ref] = ir.dtypes[src]
+    return ref
 
 
 # FLOPs each call of a looped product does at least. Against copying q, k and v first (H100,

@@ -547,6 +547,13 @@ class _EmitterBase:
         src: Ref = node.args["input"]
         shifts, dims = node.args["shifts"], node.args["dims"]
         shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+        if dims is None or dims == []:  # the flattened (contiguous) tensor rolled
+            n = numel(at.shape)
+            flat = " + ".join(
+                f"{at.coord(d)} * {numel(at.shape[d + 1 :])}" for d in range(len(at.shape))
+            )
+            start = at.base(src, set(range(len(at.shape))))
+            return f"{args.param(src)}[{start} + (({flat or 0}) + {(-int(shifts[0])) % n}) % {n}]"
         dims = [int(v) % at.nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
         terms = [at.base(src, set(dims))]
         for shift, d in zip(shifts, dims, strict=True):

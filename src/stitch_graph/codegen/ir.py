@@ -217,9 +217,10 @@ def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[boo
         return None
     rows, cols = shape[-2], shape[-1]
     s_r, s_c = strides[-2], strides[-1]
-    if s_c == 1 or cols == 1:
+    # rows (or columns) that overlap, a broadcast's stride 0 among them, have no leading dim
+    if (s_c == 1 or cols == 1) and (rows == 1 or s_r >= cols):
         transposed, ld = False, max(s_r if rows > 1 else cols, cols)
-    elif s_r == 1 or rows == 1:
+    elif (s_r == 1 or rows == 1) and (cols == 1 or s_c >= rows):
         transposed, ld = True, max(s_c if cols > 1 else rows, rows)
     else:
         return None

@@ -287,6 +287,11 @@ def _indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     if node.op == "roll":
         shifts, dims = node.args.get("shifts"), node.args.get("dims")
         shifts = list(shifts) if isinstance(shifts, list | tuple) else [shifts]
+        if dims is None or dims == []:  # the flattened tensor rolled: read in its own order
+            flat = len(shifts) == 1 and isinstance(shifts[0], int)
+            if flat and ir.is_contiguous(node.args["input"]):
+                return "pointwise", ""
+            return "unsupported", "unsupported: roll (of the flattened tensor: a strided input)"
         dims = list(dims) if isinstance(dims, list | tuple) else [dims]
         if len(shifts) != len(dims) or not all(isinstance(v, int) for v in shifts + dims):
             return "unsupported", "unsupported: roll (needs int shifts and dims)"

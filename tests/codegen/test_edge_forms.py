@@ -1,0 +1,66 @@
+"""Forms a program meets outside the benchmark levels, each generated whole and matching
+PyTorch in the CPU emulation: a GEMM over broadcast rows (``x.expand`` into a linear: cuBLAS
+was handed a leading dimension of the stride-0 rows and read past the tensor), a tuple-valued
+call returned whole (``return torch.max(x, 1)``), an index that is a 0-dim tensor
+(``x[s.argmax()]``), a recurrent layer over a transposed input and state, and ``roll`` of the
+flattened tensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen.ir import matrix_layout
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 6)
+        self.gru = torch.nn.GRU(8, 6, num_layers=2, batch_first=True)
+
+    def forward(self, x, h):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn(3, 5, 8), torch.randn(5, 2, 6)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+BODIES = {
+    "linear_of_broadcast_rows": "return self.lin(x[:, :1].expand(-1, 4, -1))",
+    "matmul_of_broadcast_rows": "return x[:, :1].expand(-1, 6, -1) @ self.lin.weight.t()",
+    "max_returned_whole": "return torch.max(x * 2, dim=1)",
+    "chunks_returned_whole": "return torch.chunk(x + 1, 2, dim=-1)",
+    "var_mean_returned_whole": "return torch.var_mean(x, dim=1)",
+    "row_picked_by_argmax": "i = x.sum((1, 2)).argmax()\n        return x[i] * 2.0",
+    "column_picked_by_argmax": "j = h.sum((0, 1)).argmin()\n        return h[:, :, j] + 1.0",
+    "recurrent_over_transposed_input_and_state": (
+        "return self.gru(x.transpose(0, 1) * 1.0, torch.tanh(h).transpose(0, 1))[0]"
+    ),
+    "roll_of_the_flattened_tensor": "return torch.roll(x * 2.0, 7).sum(-1) + torch.roll(h, -3).sum((1, 2))[:3, None]",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_the_form_is_generated_and_matches_pytorch(name: str, tmp_path: Path) -> None:
+    task, program = generate_checked(_PROBLEM.format(body=BODIES[name]))
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_overlapping_rows_have_no_matrix_layout() -> None:
+    assert matrix_layout((4, 8), (0, 1)) is None  # broadcast rows
+    assert matrix_layout((8, 4), (1, 0)) is None  # broadcast columns, transposed
+    assert matrix_layout((4, 8), (3, 1)) is None  # rows that overlap
+    assert matrix_layout((4, 8), (8, 1)) == (False, 8, 0)
+    assert matrix_layout((3, 4, 8), (0, 8, 1)) == (False, 8, 0)  # a broadcast batch is fine
