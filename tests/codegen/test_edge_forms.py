@@ -2,8 +2,8 @@
 PyTorch in the CPU emulation: a GEMM over broadcast rows (``x.expand`` into a linear: cuBLAS
 was handed a leading dimension of the stride-0 rows and read past the tensor), a tuple-valued
 call returned whole (``return torch.max(x, 1)``), an index that is a 0-dim tensor
-(``x[s.argmax()]``), a recurrent layer over a transposed input and state, and ``roll`` of the
-flattened tensor."""
+(``x[s.argmax()]``), a recurrent layer over a transposed input and state, the largest and
+smallest of integers, and ``roll`` of the flattened tensor."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ BODIES = {
     "column_picked_by_argmax": "j = h.sum((0, 1)).argmin()\n        return h[:, :, j] + 1.0",
     "recurrent_over_transposed_input_and_state": (
         "return self.gru(x.transpose(0, 1) * 1.0, torch.tanh(h).transpose(0, 1))[0]"
+    ),
+    "largest_and_smallest_integers": (
+        "n = (x * 1000).long()\n        return n.amax(dim=1) - (h * 10).int().min() + n.sum(-1).max()"
     ),
     "roll_of_the_flattened_tensor": "return torch.roll(x * 2.0, 7).sum(-1) + torch.roll(h, -3).sum((1, 2))[:3, None]",
 }

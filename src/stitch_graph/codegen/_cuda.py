@@ -129,6 +129,26 @@ struct SgSumI {
   }
 };
 
+struct SgMaxI {  // the largest of integers, exact
+  long long m;
+  static __device__ __forceinline__ SgMaxI init() { SgMaxI a; a.m = -0x7fffffffffffffffLL - 1; return a; }
+  __device__ __forceinline__ void update(long long v, long long) { m = v > m ? v : m; }
+  __device__ __forceinline__ void combine(const SgMaxI& o) { update(o.m, 0); }
+  __device__ __forceinline__ SgMaxI shfl(int o) const {
+    SgMaxI r; r.m = __shfl_xor_sync(SG_FULL, m, o); return r;
+  }
+};
+
+struct SgMinI {
+  long long m;
+  static __device__ __forceinline__ SgMinI init() { SgMinI a; a.m = 0x7fffffffffffffffLL; return a; }
+  __device__ __forceinline__ void update(long long v, long long) { m = v < m ? v : m; }
+  __device__ __forceinline__ void combine(const SgMinI& o) { update(o.m, 0); }
+  __device__ __forceinline__ SgMinI shfl(int o) const {
+    SgMinI r; r.m = __shfl_xor_sync(SG_FULL, m, o); return r;
+  }
+};
+
 struct SgProd {
   float p;
   static __device__ __forceinline__ SgProd init() { SgProd a; a.p = 1.f; return a; }

@@ -28,12 +28,21 @@ _ACC = {
     "logsumexp": "SgLse",
 }
 
+_INTEGER_EXTREMES = {"amax": "SgMaxI", "max": "SgMaxI", "amin": "SgMinI", "min": "SgMinI"}
+
+
 def _accumulator(anchors: list[Any]) -> tuple[str, str, list[str]]:
     """The accumulator type of one reduction or of siblings, the value type one element gives
     it, and the field of each reduction's state."""
     ops = [a.op for a in anchors]
     if len(ops) == 1 and ops[0] == "sum" and anchors[0].dtype == "int64":
         return "SgSumI", "long long", [""]  # a count: exact in int64
+    integer = [a for a in anchors if a.op in _INTEGER_EXTREMES and a.dtype in ("int64", "int32")]
+    if len(ops) == 1 and integer:
+        return _INTEGER_EXTREMES[ops[0]], "long long", [""]
+    if integer:
+        msg = "an integer max or min has no sibling reductions"
+        raise EmitError(msg)
     if len(ops) == 1:
         return _ACC[ops[0]], "float", [""]
     if len(ops) > 3:

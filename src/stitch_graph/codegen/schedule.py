@@ -169,7 +169,12 @@ def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     # the first or last set position of a mask (``mask.int().argmax(-1)``): 0 and 1 are exact in
     # the float accumulator
     flags = node.op in ("argmax", "argmin") and isinstance(src, Ref) and _zeros_and_ones(ir, src)
-    if not isinstance(src, Ref) or (ir.dtypes.get(src) != "float32" and not counts and not flags):
+    # the largest or smallest of integers (``SgMaxI``, ``SgMinI``): exact in int64
+    extremes = node.op in ("amax", "amin", "max", "min") and node.dtype in ("int64", "int32") and (
+        ir.dtypes.get(src) == node.dtype)
+    if not isinstance(src, Ref) or (
+        ir.dtypes.get(src) != "float32" and not counts and not flags and not extremes
+    ):
         return "needs a float32 tensor input"
     shape = ir.shapes[src]
     if node.op in ("softmax", "log_softmax"):
