@@ -1,7 +1,7 @@
 """Writes generated since the last GPU run, on a real GPU: a GCN's adjacency built by two
 ``index_put_(accumulate=True)`` calls (atomics into one buffer, where PyTorch's deterministic
 accumulate sorts), an AdamW step whose new moments are stored beside its new parameter (one
-pass over the four tensors), and a slice assignment stored into its tensor in place. Each
+pass over the four tensors), and slice assignments stored into their tensor in place. Each
 matches PyTorch at 1e-4 (TF32 off) on three draws and is timed in turns against its other form
 in one process."""
 
@@ -118,9 +118,21 @@ def test_an_optimizer_step_in_one_pass_beats_three() -> None:
     assert theirs >= 1.1 * ours
 
 
-def test_a_slice_assignment_in_place_beats_pytorch() -> None:
+def test_slice_assignments_in_place_beat_rewriting_the_tensor() -> None:
+    # against eager the program is no faster (0.93x on an H100, results/h100-2026-12-07b):
+    # both write the regions alone; what storing in place saves is a pass over the tensor
+    from stitch_graph.codegen import emit
+
     program = _program(_SLICE)
     assert program.host_source.count("the region written in place") >= 2
-    ours, eager = _matched_then_timed(_SLICE, program)
-    print(f"slice writes: generated {ours:.3f} ms, eager {eager:.3f} ms ({eager / ours:.2f}x)")
-    assert eager >= 1.2 * ours
+    saved = emit.writes_in_place
+    emit.writes_in_place = lambda *args: False
+    try:
+        whole = _program(_SLICE)
+    finally:
+        emit.writes_in_place = saved
+    assert "the region written in place" not in whole.host_source
+    ours, theirs = _matched_then_timed(_SLICE, program, whole)
+    print(f"slice writes: in place {ours:.3f} ms, the tensor rewritten {theirs:.3f} ms "
+          f"({theirs / ours:.2f}x)")
+    assert theirs >= 1.5 * ours
