@@ -3,7 +3,8 @@ PyTorch in the CPU emulation: a GEMM over broadcast rows (``x.expand`` into a li
 was handed a leading dimension of the stride-0 rows and read past the tensor), a tuple-valued
 call returned whole (``return torch.max(x, 1)``), an index that is a 0-dim tensor
 (``x[s.argmax()]``), a recurrent layer over a transposed input and state, the largest and
-smallest of integers, and ``roll`` of the flattened tensor."""
+smallest of integers, ``roll`` of the flattened tensor, and bags of embeddings that offsets
+start (empty bags among them)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,33 @@ def test_overlapping_rows_have_no_matrix_layout() -> None:
     assert matrix_layout((4, 8), (3, 1)) is None  # rows that overlap
     assert matrix_layout((4, 8), (8, 1)) == (False, 8, 0)
     assert matrix_layout((3, 4, 8), (0, 8, 1)) == (False, 8, 0)  # a broadcast batch is fine
+
+
+_BAGS = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mean = torch.nn.EmbeddingBag(50, 6, mode="mean")
+        self.sum = torch.nn.EmbeddingBag(50, 6, mode="sum", include_last_offset=True)
+
+    def forward(self, ids, offsets, weights):
+        return self.mean(ids, offsets), self.sum(ids, torch.cat([offsets, offsets[-1:] + 2]), weights)
+
+
+def get_inputs():
+    # bags of 3, 0 (empty), 4, 1 and 2 rows
+    return [torch.randint(0, 50, (10,)), torch.tensor([0, 3, 3, 7, 8]), torch.rand(10)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_bags_that_offsets_start_are_generated(tmp_path: Path) -> None:
+    task, program = generate_checked(_BAGS)
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -506,23 +506,53 @@ def _tensordot(ir: ProgramIR, b: _Builder, x: Any, y: Any, dims: Any) -> Ref | N
 
 
 def _embedding_bag(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
-    """``embedding_bag`` over a 2-D input (bags of equal size, no offsets): the rows looked up,
-    weighted per sample (``sum`` only), then summed, averaged or maxed over each bag."""
-    idx, weight, per_sample = a["input"], a["weight"], a["per_sample_weights"]
-    plain = all(a[k] in (None, False, 2, 2.0) for k in ("offsets", "max_norm", "norm_type",
-                                                        "scale_grad_by_freq", "padding_idx",
-                                                        "include_last_offset"))
+    """``embedding_bag``: the rows looked up, weighted per sample (``sum`` only), then summed,
+    averaged or maxed over each bag; bags of equal size (a 2-D input) reduce a dim, bags
+    that ``offsets`` start in a 1-D input are summed into by ``_bags_by_offsets``."""
+    idx, weight, per_sample, offsets = a["input"], a["weight"], a["per_sample_weights"], a["offsets"]
+    plain = all(a[k] in (None, False, 2, 2.0) for k in ("max_norm", "norm_type",
+                                                        "scale_grad_by_freq", "padding_idx"))
     if not plain or not isinstance(idx, Ref) or not isinstance(weight, Ref):
         return None
-    if len(ir.shapes[idx]) != 2 or a["mode"] not in ("sum", "mean", "max"):
+    by_offsets = offsets is not None
+    if by_offsets != (len(ir.shapes[idx]) == 1) or (a["include_last_offset"] and not by_offsets):
+        return None
+    if a["mode"] not in (("sum", "mean") if by_offsets else ("sum", "mean", "max")):
         return None
     rows = b("index", operator.getitem, weight, (idx,))
     if per_sample is not None:
         if a["mode"] != "sum" or not isinstance(per_sample, Ref):
             return None
         rows = b("mul", torch.mul, rows, b("unsqueeze", torch.unsqueeze, per_sample, -1))
+    if by_offsets:
+        return _bags_by_offsets(ir, b, rows, offsets, a["mode"], bool(a["include_last_offset"]))
     op, fn = {"sum": ("sum", torch.sum), "mean": ("mean", torch.mean), "max": ("amax", torch.amax)}[a["mode"]]  # noqa: E501
     return b(op, fn, rows, 1)
+
+
+def _bags_by_offsets(
+    ir: ProgramIR, b: _Builder, rows: Ref, offsets: Any, mode: str, last_included: bool
+) -> Ref | None:
+    """Each looked-up row added into its bag: the bag of row ``n`` is the count of offsets at
+    or before ``n``, less one (a cumulative sum of the offsets' marks, exact in float32 below
+    2**24 rows), and an empty bag is zero, in ``mean`` too, as in PyTorch."""
+    if not isinstance(offsets, Ref) or ir.dtypes.get(offsets) not in ("int64", "int32"):
+        return None
+    (n, width), starts = ir.shapes[rows], ir.shapes[offsets][0]
+    if n >= 2**24 or len(ir.shapes[offsets]) != 1:
+        return None
+    bags = starts - 1 if last_included else starts
+    marks = b("index_add", torch.index_add, b("zeros", torch.zeros, [n + 1]), 0, offsets,
+              b("ones", torch.ones, [starts]))
+    seen = b("narrow", torch.narrow, b("cumsum", torch.cumsum, marks, 0), 0, 0, n)
+    bag = b("long", "long", b("sub", torch.sub, seen, 1.0))
+    sums = b("index_add", torch.index_add, b("zeros", torch.zeros, [bags, width]), 0, bag, rows)
+    if mode == "sum":
+        return sums
+    counts = b("index_add", torch.index_add, b("zeros", torch.zeros, [bags]), 0, bag,
+               b("ones", torch.ones, [n]))
+    held = b("clamp", torch.clamp, counts, 1.0)
+    return b("div", torch.div, sums, b("unsqueeze", torch.unsqueeze, held, -1))
 
 
 def _local_response_norm(
