@@ -61,3 +61,17 @@ def test_a_mask_is_stored_beside_a_float_result(tmp_path: Path) -> None:
     task, program = generate_checked(source)
     assert planned_kernels(source) == 1
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_results_read_only_by_one_reduction_are_computed_on_its_load(tmp_path: Path) -> None:
+    # 1 - p_t is read by the focal term and by the poly term: the kernel that would store it
+    # beside the focal term folds into the sum, which reads neither from memory
+    body = """q = torch.sigmoid(p)
+        pt = q * m + (1 - q) * (1 - m)
+        focal = (g - m) * (1 - pt) ** 2
+        return (focal + 0.5 * (1 - pt) ** 3).sum() / m.sum().clamp_min(1.0)"""
+    source = _PROBLEM.format(body=body)
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert planned_kernels(source) == 1
+    check_on_cpu(task, program, tmp_path, cooperative=True)

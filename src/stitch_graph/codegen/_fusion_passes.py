@@ -163,10 +163,14 @@ def fold_shared_producers(
     while changed:
         changed = False
         for g in list(groups):
-            readers = users.get(g.output, [])
-            if g.anchor is not None or len(readers) < 2 or g.output in outputs:
+            # a kernel that stores results beside its own (``joins_storing``) folds too when
+            # every reader of them ended up in the one kernel: nothing is stored then
+            inside = set(g.members)
+            readers = [u for m in g.members for u in users.get(m, []) if u not in inside]
+            beside = stores_beside(g, users)
+            if g.anchor is not None or (len(readers) < 2 and not beside):
                 continue
-            if stores_beside(g, users):
+            if inside & outputs or "output" in readers:
                 continue
             if any(r in through or ir.node(r).op in READS_ELSEWHERE for r in readers):
                 continue  # a reader at other positions needs it in memory
