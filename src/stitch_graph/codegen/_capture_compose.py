@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from stitch_graph.codegen._capture_base import _MAX_BAKED
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
 from stitch_graph.codegen._capture_interleave import interleave
 from stitch_graph.codegen.ir import ProgramIR, Ref
@@ -68,6 +69,7 @@ COMPOSE_SIGNATURES = {
     "repeat_interleave": "input, repeats=None, dim=None, output_size=None",
     "embedding_bag": "input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode='mean', sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None",  # noqa: E501
     "tensordot": "a, b, dims=2, out=None",
+    "fold": "input, output_size, kernel_size, dilation=1, padding=0, stride=1",
     "local_response_norm": "input, size, alpha=0.0001, beta=0.75, k=1.0",
     "lp_pool1d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
     "lp_pool2d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
@@ -173,6 +175,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _embedding_bag(ir, b, a)
     if name in ("bucketize", "searchsorted"):
         return _bucket(ir, b, name, a)
+    if name == "fold":
+        return _fold(ir, b, a)
     if name == "cdist":
         return _cdist(ir, b, a)
     if name == "bilinear":
@@ -601,6 +605,35 @@ def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | N
     below = b("ge" if right else "gt", torch.ge if right else torch.gt,
               b("unsqueeze", torch.unsqueeze, x, -1), edges)
     return b("long", "long", b("sum", torch.sum, b("float", "float", below), -1))
+
+
+def _fold(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``F.fold`` (col2im) of (N, C*kh*kw, L) columns: each column's window added back into
+    the image, the transposed convolution whose grouped weight is one-hot (channel
+    ``c*kh*kw + i*kw + j`` to tap ``(i, j)`` of output channel ``c``)."""
+    cols = a["input"]
+
+    def pair(v: Any) -> tuple[int, int]:
+        return (int(v[0]), int(v[1])) if isinstance(v, list | tuple) else (int(v), int(v))
+
+    if not isinstance(cols, Ref) or len(ir.shapes[cols]) != 3 or ir.dtypes[cols] != "float32":
+        return None
+    (hh, ww), (kh, kw) = pair(a["output_size"]), pair(a["kernel_size"])
+    (dh, dw), (ph, pw), (sh, sw) = pair(a["dilation"]), pair(a["padding"]), pair(a["stride"])
+    n, rows, length = ir.shapes[cols]
+    channels, taps = rows // (kh * kw), kh * kw
+    oh = (hh + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (ww + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    extra = (hh - ((oh - 1) * sh - 2 * ph + dh * (kh - 1) + 1),
+             ww - ((ow - 1) * sw - 2 * pw + dw * (kw - 1) + 1))
+    if channels * taps != rows or oh * ow != length or rows * taps > _MAX_BAKED:
+        return None
+    if not all(0 <= e < max(s, d) for e, s, d in zip(extra, (sh, sw), (dh, dw), strict=True)):
+        return None
+    weight = torch.eye(taps).view(taps, 1, kh, kw).repeat(channels, 1, 1, 1)
+    image = b("view", "view", cols, n, rows, oh, ow)
+    return b("conv_transpose2d", torch.nn.functional.conv_transpose2d, image, b.constant(weight),
+             None, (sh, sw), (ph, pw), extra, channels, (dh, dw))
 
 
 def _cdist(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
