@@ -3,8 +3,9 @@ PyTorch in the CPU emulation: a GEMM over broadcast rows (``x.expand`` into a li
 was handed a leading dimension of the stride-0 rows and read past the tensor), a tuple-valued
 call returned whole (``return torch.max(x, 1)``), an index that is a 0-dim tensor
 (``x[s.argmax()]``), a recurrent layer over a transposed input and state, the largest and
-smallest of integers, ``roll`` of the flattened tensor, ``fold`` (col2im), and bags of
-embeddings that offsets start (empty bags among them)."""
+smallest of integers, ``roll`` of the flattened tensor, ``fold`` (col2im), buckets of a
+vector and of NaN (a binary search), and bags of embeddings that offsets start (empty bags
+among them)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,11 @@ BODIES = {
         "f = torch.nn.functional.fold(c * 2.0, (5, 8), 3, padding=1)\n        "
         "d = torch.nn.functional.unfold(x.unsqueeze(1), 2, dilation=2, stride=2)\n        "
         "return f + torch.nn.functional.fold(d, (5, 8), 2, dilation=2, stride=2)"
+    ),
+    "buckets_of_a_vector_and_of_nan": (
+        "e = torch.linspace(-2.0, 2.0, 9, device=x.device)\n        "
+        "v = torch.where(x > 1.5, float('nan'), x)\n        "
+        "return torch.bucketize(x.sum((1, 2)) / 8, e) * 2 + torch.bucketize(v, e, right=True).sum((1, 2))"
     ),
     "roll_of_the_flattened_tensor": "return torch.roll(x * 2.0, 7).sum(-1) + torch.roll(h, -3).sum((1, 2))[:3, None]",
 }

@@ -594,7 +594,8 @@ def _lp_pool(b: _Builder, x: Ref, name: str, a: dict[str, Any]) -> Ref:
 
 def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
     """``bucketize`` / ``searchsorted`` of a 1-D sorted sequence: for each value the count of
-    boundaries below it (``right``: at or below it), one broadcast comparison and a sum."""
+    boundaries below it (``right``: at or below it), one ``bucketize`` node (a binary search
+    that its readers compute on load)."""
     x = a["input"]
     edges = a["boundaries"] if name == "bucketize" else a["sorted_sequence"]
     right = bool(a["right"]) or (name == "searchsorted" and a["side"] == "right")
@@ -602,9 +603,9 @@ def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | N
         return None
     if a["out_int32"] or a.get("sorter") is not None or ir.dtypes[x] != "float32":
         return None
-    below = b("ge" if right else "gt", torch.ge if right else torch.gt,
-              b("unsqueeze", torch.unsqueeze, x, -1), edges)
-    return b("long", "long", b("sum", torch.sum, b("float", "float", below), -1))
+    if ir.dtypes[edges] != "float32":
+        return None
+    return b("bucketize", torch.bucketize, x, edges, right=right)
 
 
 def _fold(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:

@@ -54,6 +54,7 @@ from stitch_graph.codegen._capture_names import (
 )
 from stitch_graph.codegen._capture_norm_on_load import normalize_on_load
 from stitch_graph.codegen._capture_norms import recognize_norms
+from stitch_graph.codegen._capture_one_hot import scatters_as_comparisons
 from stitch_graph.codegen._capture_passes import (
     _drop_unit_reductions,
     _eliminate_dead,
@@ -275,7 +276,7 @@ def _lower(
     _eliminate_dead(ir)
     rewrites = (
         sum_broadcast_products_as_matmuls, interleave_stacks, sum_products_first,
-        scale_operands_of_products, compute_through_views,
+        scale_operands_of_products, scatters_as_comparisons, compute_through_views,
     )
     for rewrite in rewrites:
         _optional(rewrite, ir)

@@ -75,6 +75,17 @@ __device__ __forceinline__ float sg_round_decimals(float a, float decimals) {
   const float t = (float)pow(10.0, (double)(d < 0 ? -d : d));
   return d < 0 ? rintf(a / t) * t : rintf(a * t) / t;
 }
+// the count of sorted boundaries b[0], b[s], ... below v (right: at or below v), as
+// torch.bucketize searches: NaN compares above every boundary
+__device__ __forceinline__ long long sg_bucket(const float* b, int n, int s, float v, bool right) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    const float m = b[(long long)mid * s];
+    if (right ? !(m > v) : !(m >= v)) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
 // floor division with Python's rounding, as PyTorch's div(rounding_mode='floor') computes it:
 // from fmod, so that a quotient just below an integer is not rounded up to it
 __device__ __forceinline__ float sg_floordiv(float a, float b) {

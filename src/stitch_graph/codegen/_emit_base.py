@@ -18,9 +18,9 @@ from typing import Any
 
 from stitch_graph.codegen._cat_slices import CatSlice
 from stitch_graph.codegen._emit_transpose import TILE_THREADS, plan_tile, tile_kernel, tile_read
+from stitch_graph.codegen._indexed_rules import index_position
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.ops import INDEXED, lookup
-from stitch_graph.codegen.schedule import index_position
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
 _CTYPE = {"float32": "float", "bool": "bool", "int64": "long long", "int32": "int"}
@@ -304,6 +304,7 @@ _INDEXED_RULES: dict[str, str] = {
     "triu": "_indexed_triangle",
     "tril": "_indexed_triangle",
     "setitem": "_indexed_setitem",
+    "bucketize": "_indexed_bucketize",
 }
 
 
@@ -560,6 +561,18 @@ class _EmitterBase:
             n = at.shape[d]
             terms.append(f"(({at.coord(d)} + {(-int(shift)) % n}) % {n}) * {at.stride(src, d)}")
         return f"{args.param(src)}[{' + '.join(terms)}]"
+
+    def _indexed_bucketize(
+        self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
+    ) -> str:
+        """The count of boundaries below the operand's element (``right``: at or below it),
+        by binary search of the sorted 1-D boundaries (``sg_bucket``)."""
+        src: Ref = node.args["input"]
+        edges: Ref = node.args["boundaries"]
+        value = self._read(src, args, lambda ref: at.base(ref, set()))
+        n, stride = self.ir.shapes[edges][0], self.ir.strides[edges][0]
+        right = "true" if node.args.get("right") else "false"
+        return f"sg_bucket({args.param(edges)}, {n}, {stride}, {value}, {right})"
 
     def _indexed_pad(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]

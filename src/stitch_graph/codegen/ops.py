@@ -133,7 +133,7 @@ GENERATED_DTYPES = frozenset({"float32", "bool", "int64", "int32"})
 INDEXED = frozenset(
     {
         "cat", "stack", "interleave", "flip", "gather", "index", "roll", "pad", "triu", "tril",
-        "setitem",
+        "setitem", "bucketize",
     }
 )
 """Pointwise ops whose value is read at another position than the output's (no expression)."""
@@ -327,6 +327,7 @@ _op("gather", POINTWISE, "input, dim, index, sparse_grad=False", flops=0, note="
 _op("index", POINTWISE, "input, indices", flops=0, note="x[..., i, ...] with one integer tensor index (indices clamped into range)")  # noqa: E501
 _op("index_select", POINTWISE, "input, dim, index", flops=0)
 _op("roll", POINTWISE, "input, shifts, dims=None", flops=0)
+_op("bucketize", POINTWISE, "input, boundaries, out_int32=False, right=False", flops=8, note="binary search of a 1-D sorted tensor, NaN above every boundary as in PyTorch")  # noqa: E501
 _op("pad", POINTWISE, "input, pad, mode='constant', value=None", flops=0, note="constant, reflect, replicate or circular")  # noqa: E501
 _op("triu", POINTWISE, "input, diagonal=0", flops=1)
 _op("tril", POINTWISE, "input, diagonal=0", flops=1)
