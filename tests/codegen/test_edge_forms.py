@@ -4,7 +4,8 @@ was handed a leading dimension of the stride-0 rows and read past the tensor), a
 call returned whole (``return torch.max(x, 1)``), an index that is a 0-dim tensor
 (``x[s.argmax()]``), a recurrent layer over a transposed input and state, the largest and
 smallest of integers, ``roll`` of the flattened tensor, ``fold`` (col2im), buckets of a
-vector and of NaN (a binary search), and bags of embeddings that offsets start (empty bags
+vector and of NaN (a binary search), calls as ``torch.export`` spells them (``aten.upsample_*``,
+a ``no_grad`` block), a linear of a vector, and bags of embeddings that offsets start (empty bags
 among them)."""
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ BODIES = {
         "e = torch.linspace(-2.0, 2.0, 9, device=x.device)\n        "
         "v = torch.where(x > 1.5, float('nan'), x)\n        "
         "return torch.bucketize(x.sum((1, 2)) / 8, e) * 2 + torch.bucketize(v, e, right=True).sum((1, 2))"
+    ),
+    # a Python min of sizes: only torch.export traces it, with aten's names for these calls
+    "exported_resize_under_no_grad_and_a_vector_linear": (
+        "n = min(x.shape[1] // 2, 2)\n        "
+        "with torch.no_grad():\n            s = x[:, :n].norm(dim=1, keepdim=True)\n        "
+        "up = torch.nn.functional.interpolate(x.unsqueeze(1) / s.unsqueeze(1), scale_factor=2, "
+        "mode='bilinear', align_corners=False)\n        "
+        "return up.sum(1)[:, :, :8] + self.lin(x[0, 0, :])[:1] + torch.nn.functional.interpolate("
+        "x, scale_factor=1.5).sum()"
     ),
     "roll_of_the_flattened_tensor": "return torch.roll(x * 2.0, 7).sum(-1) + torch.roll(h, -3).sum((1, 2))[:3, None]",
 }

@@ -69,6 +69,7 @@ COMPOSE_SIGNATURES = {
     "repeat_interleave": "input, repeats=None, dim=None, output_size=None",
     "embedding_bag": "input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode='mean', sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None",  # noqa: E501
     "tensordot": "a, b, dims=2, out=None",
+    "linear": "input, weight, bias=None",
     "fold": "input, output_size, kernel_size, dilation=1, padding=0, stride=1",
     "local_response_norm": "input, size, alpha=0.0001, beta=0.75, k=1.0",
     "lp_pool1d": "input, norm_type, kernel_size, stride=None, ceil_mode=False",
@@ -303,6 +304,10 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
             return product
         base = x if beta == 1.0 else b("mul", torch.mul, x, beta)
         return b("add", torch.add, base, product)
+    if name == "linear" and floating and len(ir.shapes[x]) == 1:  # a vector: a one-row GEMM
+        row = b("unsqueeze", torch.unsqueeze, x, 0)
+        product = b("linear", torch.nn.functional.linear, row, a["weight"], a["bias"])
+        return b("squeeze", torch.squeeze, product, 0)
     if name in ("dot", "inner", "mv", "matmul") and floating:
         other = a.get("tensor", a.get("other", a.get("vec")))
         if name == "inner" and len(ir.shapes[x]) != 1:

@@ -143,6 +143,12 @@ def _decompose(
     called = fx_node.op == "call_function" or name in ARRANGE_METHODS
     if name in ARRANGE_SIGNATURES and called and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
+    if isinstance(fx_node.target, torch._ops.OpOverload) and name.lstrip("_").startswith(
+        "upsample_"
+    ):
+        resized = _exported_resize(fx_node.target, name, args, kwargs)
+        b = _Builder(ir, ours, fx_node.name)
+        return None if resized is None else _all_or_nothing(ir, lambda: resize(ir, b, resized))
     signature = (
         _DECOMPOSE_SIGNATURES.get(name)
         or COMPOSE_SIGNATURES.get(name)
@@ -167,6 +173,35 @@ def _decompose(
             return None  # the pair itself is passed on: the call stays in PyTorch
         return _all_or_nothing(ir, lambda: order_statistic(ir, b, name, a, 1 in used))
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
+
+
+_RESIZE_MODES = {
+    "nearest": "nearest", "nearest_exact": "nearest-exact", "linear": "linear",
+    "bilinear": "bilinear", "trilinear": "trilinear", "bicubic": "bicubic",
+}
+
+
+def _exported_resize(
+    target: Any, name: str, args: list[Any], kwargs: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The ``F.interpolate`` arguments of an exported ``aten.upsample_<mode><n>d`` call (its
+    ``vec`` form holds the scale factors, the default one each dim's scale); ``None`` for a
+    form this does not read."""
+    bound = dict(zip([a.name for a in target._schema.arguments], args, strict=False)) | kwargs
+    mode = _RESIZE_MODES.get(name.lstrip("_").removeprefix("upsample_")[:-2])
+    x = bound.get("input", bound.get("self"))
+    if mode is None or not isinstance(x, Ref):
+        return None
+    scales = bound.get("scale_factors")
+    if "scale_factors" not in bound:
+        each = [bound.get(k) for k in ("scales_d", "scales_h", "scales_w", "scales") if k in bound]
+        scales = each if each and all(v is not None for v in each) else None
+    size = None if scales is not None else bound.get("output_size")
+    return {
+        "input": x, "size": size, "scale_factor": scales, "mode": mode,
+        "align_corners": bound.get("align_corners"), "recompute_scale_factor": None,
+        "antialias": False,
+    }
 
 
 def _decompose_arrange(

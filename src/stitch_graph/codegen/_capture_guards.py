@@ -63,13 +63,15 @@ def draft_export(model: torch.nn.Module, args: list[Any]) -> torch.fx.GraphModul
 @contextlib.contextmanager
 def quiet_export() -> Iterator[None]:
     """Export's loggers at ERROR and its prints discarded: on a data-dependent forward they
-    show the graph around each decision, which the capture handles (or reports in its error)."""
+    show the graph around each decision, which the capture handles (or reports in its error).
+    Gradients off too: a ``torch.no_grad()`` block in ``forward`` is then plain ops, not a
+    ``wrap_with_set_grad_enabled`` call of a subgraph, and the program computes no gradient."""
     loggers = [logging.getLogger(n) for n in _CHATTY]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), torch.no_grad():
             yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):

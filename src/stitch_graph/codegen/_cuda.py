@@ -75,6 +75,15 @@ __device__ __forceinline__ float sg_round_decimals(float a, float decimals) {
   const float t = (float)pow(10.0, (double)(d < 0 ? -d : d));
   return d < 0 ? rintf(a / t) * t : rintf(a * t) / t;
 }
+// an integer to an integer power, wrapping as PyTorch's integer pow does; a negative power
+// of an integer tensor is 1 for 1, +-1 for -1 and 0 otherwise, as in PyTorch
+__device__ __forceinline__ long long sg_powi(long long b, long long e) {
+  if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
+  unsigned long long r = 1, m = (unsigned long long)b;
+  while (e) { if (e & 1) r *= m; m *= m; e >>= 1; }
+  return (long long)r;
+}
+__device__ __forceinline__ int sg_powi(int b, int e) { return (int)sg_powi((long long)b, (long long)e); }
 // the count of sorted boundaries b[0], b[s], ... below v (right: at or below v), as
 // torch.bucketize searches: NaN compares above every boundary
 __device__ __forceinline__ long long sg_bucket(const float* b, int n, int s, float v, bool right) {

@@ -79,6 +79,14 @@ _INTEGER_TYPES = ("int64", "int32")
 _INTEGER_TEMPLATES = {
     "remainder": "sg_mod({input}, {other})",
     "abs": "sg_abs({input})",
+    "fmod": "(({input}) % ({other}))",  # truncated, the dividend's sign, as torch.fmod
+    "floor": "({input})",
+    "ceil": "({input})",
+    "trunc": "({input})",
+    "round": "({input})",  # of integers only with decimals=0, which PyTorch alone allows
+    "fmax": "sg_max({input}, {other})",
+    "fmin": "sg_min({input}, {other})",
+    "pow": "sg_powi({input}, {exponent})",
 }
 
 

@@ -401,7 +401,9 @@ def emit_candidate(
             # the reference op and the PyTorch call that computes it (matmul may run as bmm)
             # and the copy an in-place call left to PyTorch writes (``_torch_line``)
             copies = ["clone"] if ".clone()" in line else []
-            for name in (node.op, node.call.rsplit(".", 1)[-1], *copies):
+            parts = node.call.split(".")  # torch.ops.aten.<op>.<overload>: the op, not "vec"
+            called = parts[3] if parts[:3] == ["torch", "ops", "aten"] and len(parts) > 3 else parts[-1]
+            for name in (node.op, called, *copies):
                 if name not in declared:
                     declared.append(name)
     body.extend(guards)
