@@ -1,8 +1,9 @@
 """Integer arithmetic is exact: a hash of token ids (``ids * 1000003 % buckets``), Python's
 floor division and remainder of negative integers, ``abs``, ``clamp`` and ``maximum`` of int64
-and int32 values, ``fmod``, rounding, ``fmax`` and integer powers, cumulative sums of integers and booleans, each past float32's 2**24, and
-integer grids (``meshgrid``, ``cartesian_prod``), generated and compared with PyTorch in the
-CPU emulation (float32 arithmetic would be thousands off)."""
+and int32 values, ``fmod``, rounding, ``fmax``, integer powers and bits, cumulative sums of
+integers and booleans, each past float32's 2**24, and integer grids (``meshgrid``,
+``cartesian_prod``), generated and compared with PyTorch in the CPU emulation (float32
+arithmetic would be thousands off)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ EXPRS = [
     "torch.cartesian_prod(a[0, :8], b[1, :5]).sum(-1)",
     # fmod, rounding, fmax and powers of integers: integers, not float32 values
     "torch.fmod(a * 1000003, 7) + torch.floor(a * 4099) - torch.trunc(b * 8191) + torch.round(n * 3)",
+    # bits: masks, shifts past the width (0 to the left, the sign to the right), int32 too
+    "((a * 1000003) & 0xFFFF) | (b << 3) ^ (~n).long() + (a * 4099 >> (b % 70)) + ((n << (b % 40).int()) >> 2)",  # noqa: E501
     "torch.fmax(a * 3001, b * 4001) - torch.fmin(n * 50021, a) + torch.pow(b % 600, 3) + torch.pow(n % 9, b % 5)",
 ]
 

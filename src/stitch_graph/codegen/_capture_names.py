@@ -53,6 +53,14 @@ _OPERATORS: dict[Any, str] = {
 _LOGICAL = {
     f"{prefix}{op}": f"logical_{op}" for op in ("or", "and", "xor") for prefix in ("", "i")
 }
+# a & b, torch.bitwise_and(a, b), a <<= s ... of integers
+_BITWISE = {
+    f"{prefix}{op}": f"bitwise_{name}"
+    for op, name in (("and", "and"), ("or", "or"), ("xor", "xor"), ("lshift", "left_shift"),
+                     ("left_shift", "left_shift"), ("rshift", "right_shift"),
+                     ("right_shift", "right_shift"))
+    for prefix in ("", "i")
+}
 _QUALNAMES: dict[int, str] = {}  # id of a public callable -> its dotted name, filled on first use
 
 
@@ -317,6 +325,11 @@ def _variant(
         isinstance(v, Ref) and ir.dtypes.get(v) == "bool" for v in call_args
     ):
         return _LOGICAL[name], {"input": call_args[0], "other": call_args[1]}, attrs  # mask | mask
+    integer = torch.is_tensor(value) and value.dtype in (torch.int64, torch.int32)
+    if integer and name in _BITWISE and len(call_args) == 2:
+        return _BITWISE[name], {"input": call_args[0], "other": call_args[1]}, attrs
+    if integer and op in ("bitwise_not", "invert") and isinstance(first, Ref):
+        return "bitwise_not", {"input": first}, attrs
     if op == "div" and bound.get("rounding_mode") == "floor":
         return "div_floor", bound, attrs
     if op == "div" and bound.get("rounding_mode") == "trunc":

@@ -293,6 +293,14 @@ _op("xlog1py", POINTWISE, "input, other", "({other} != {other} ? {other} : ({inp
 _op("heaviside", POINTWISE, "input, values", "({input} == 0.f ? {values} : (float)({input} > 0.f))")  # noqa: E501
 _op("logical_and", POINTWISE, "input, other", "((bool)({input}) && (bool)({other}))")
 _op("logical_or", POINTWISE, "input, other", "((bool)({input}) || (bool)({other}))")
+# bits of integers (``_capture_names`` sends masks to the logical ops): shifts past the width as
+# PyTorch's (0 to the left, the sign to the right), computed in 64 bits and stored truncated
+_op("bitwise_and", POINTWISE, "input, other", "(({input}) & ({other}))")
+_op("bitwise_or", POINTWISE, "input, other", "(({input}) | ({other}))")
+_op("bitwise_xor", POINTWISE, "input, other", "(({input}) ^ ({other}))")
+_op("bitwise_not", POINTWISE, "input", "(~({input}))")
+_op("bitwise_left_shift", POINTWISE, "input, other", "((long long)({other}) < 0 || (long long)({other}) >= 64 ? 0LL : (long long)((unsigned long long)(long long)({input}) << (long long)({other})))")  # noqa: E501
+_op("bitwise_right_shift", POINTWISE, "input, other", "((long long)({input}) >> ((long long)({other}) < 0 || (long long)({other}) > 63 ? 63LL : (long long)({other})))")  # noqa: E501
 _op("logical_xor", POINTWISE, "input, other", "((bool)({input}) != (bool)({other}))")
 _op("isclose", POINTWISE, "input, other, rtol=1e-05, atol=1e-08, equal_nan=False", "({input} == {other} || fabsf({input} - {other}) <= {atol} + {rtol} * fabsf({other}) || ({equal_nan} && {input} != {input} && {other} != {other}))", flops=4)  # noqa: E501
 _op("gt", POINTWISE, "input, other", "({input} > {other})", aliases=("greater",))
