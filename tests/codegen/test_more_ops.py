@@ -8,7 +8,8 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
 ``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted``, ``cdist``, ``rrelu`` and the other dropouts
-outside training; casts with ``.to(dtype)``; sums of masks and of int64 tensors; ``nansum``, ``dist``, ``matrix_norm``, ``atleast_nd`` and factories too large to
+outside training; casts with ``.to(dtype)``; sums of masks and of int64 tensors; ``nansum``, ``dist``, ``matrix_norm`` (Frobenius, 1 and infinity), ``linalg.cross``, ``addr``,
+``multi_dot``/``chain_matmul``, ``block_diag``, ``atleast_nd`` and factories too large to
 bake (``zeros``, ``ones``, ``full``, ``new_zeros``, ...) and ``empty`` filled with ``fill_``. Each
 must be fully
 generated (nothing left to PyTorch) and match PyTorch in the CPU emulation.
@@ -133,6 +134,13 @@ EXPRS = [
     # cross entropy against class probabilities (distillation, mixup)
     "F.cross_entropy(y, torch.softmax(y * 2, 1), label_smoothing=0.1) + F.cross_entropy(y, torch.softmax(-y, 1), reduction='none')",  # noqa: E501
     "F.pairwise_distance(y, y.flip(-1), p=1.0) + F.pairwise_distance(y, y * 0.5, p=3.0) + F.pairwise_distance(y, -y, p=float('inf'))",  # noqa: E501
+    # matrix norms of orders 1 and infinity, over two named dims too; cross products that
+    # broadcast; addr (beta 0 ignores an infinite input); chained products; block diagonals
+    "torch.linalg.matrix_norm(y, ord=1) + torch.linalg.matrix_norm(y, ord=-float('inf'), keepdim=True).squeeze(-1).squeeze(-1) + torch.linalg.norm(y, dim=(1, 3)).sum(-1, keepdim=True)",  # noqa: E501
+    "torch.linalg.cross(y[..., :3], x[:1, :1, :, 5:]) * 2",
+    "torch.addr(y[0, 0], y[0, 1, :, 0], y[1, 0, 0, :], beta=0.5, alpha=2.0) + torch.addr(x[0, 0], y[0, 0, :, 0], y[1, 1, 1], beta=0)",  # noqa: E501
+    "torch.linalg.multi_dot([y[0, 0, 0], y[0, 0].t(), y[1, 1]]) + torch.chain_matmul(y[0, 0], y[0, 1].t(), y[2, 2])[0]",  # noqa: E501
+    "torch.block_diag(y[0, 0], y[1, 1, 0], x[0, 1, 2, 3]) * 2",
 ]
 
 

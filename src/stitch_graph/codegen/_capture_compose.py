@@ -39,6 +39,8 @@ COMPOSE_SIGNATURES = {
     "rot90": "input, k=1, dims=None",
     "one_hot": "input, num_classes=-1",
     "cross": "input, other, dim=None",
+    "linalg_cross": "input, other, dim=-1",
+    "addr": "input, vec1, vec2, beta=1, alpha=1",
     "logit": "input, eps=None",
     "softmin": "input, dim=None, _stacklevel=3, dtype=None",
     "any": "input, dim=None, keepdim=False",
@@ -86,7 +88,7 @@ COMPOSE_SIGNATURES = {
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
     "diff", "repeat", "tile", "addbmm", "addmv", "dot", "inner", "mv", "matmul", "repeat_interleave", "take_along_dim", "rot90", "cross",
-    "tensordot", "nansum",
+    "tensordot", "nansum", "addr",
 })
 
 
@@ -209,6 +211,11 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _lp_pool(b, x, name, a)
     if name == "local_response_norm" and floating:
         return _local_response_norm(ir, b, x, int(a["size"]), a["alpha"], a["beta"], a["k"])
+    if name == "linalg_cross" and isinstance(a["other"], Ref):  # operands broadcast first
+        wide = list(torch.broadcast_shapes(tuple(ir.shapes[x]), tuple(ir.shapes[a["other"]])))
+        pair = [v if list(ir.shapes[v]) == wide else b("copy", "contiguous", b("expand", "expand", v, wide))  # noqa: E501
+                for v in (x, a["other"])]
+        return _rearranged(ir, b, "cross", {"input": pair[0], "other": pair[1], "dim": a["dim"]})
     if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "trapz", "rot90", "cross"):  # noqa: E501
         return _rearranged(ir, b, name, a) if floating else None
     if name == "logit" and floating:
@@ -268,9 +275,9 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _vector_norm(b, b("sub", torch.sub, x, a["other"]), a["p"], None, False) or b(
             "norm", torch.norm, b("sub", torch.sub, x, a["other"])
         )
-    if name == "linalg_matrix_norm" and floating and a["ord"] == "fro" and a["dtype"] is None:
+    if name == "linalg_matrix_norm" and floating and a["dtype"] is None:
         dims = [-2, -1] if a["dim"] is None else list(a["dim"])
-        return b("norm", torch.norm, x, 2, dims, bool(a["keepdim"]))
+        return _matrix_norm(ir, b, x, a["ord"], dims, bool(a["keepdim"]))
     if name in ("atleast_1d", "atleast_2d", "atleast_3d"):
         shape = list(ir.shapes[x])
         rank = int(name[-2])
@@ -290,6 +297,10 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     if name in ("norm", "linalg_vector_norm"):
         order = a["p"] if name == "norm" else a["ord"]
         return None if a["dtype"] is not None else _vector_norm(b, x, order, a["dim"], bool(a["keepdim"]))  # noqa: E501
+    if name == "addr" and floating:  # beta * input + alpha * outer(vec1, vec2)
+        product = b("mul", torch.mul, b("unsqueeze", torch.unsqueeze, a["vec1"], 1),
+                    b("unsqueeze", torch.unsqueeze, a["vec2"], 0))
+        return _scaled_sum(b, x, product, float(a["beta"]), float(a["alpha"]))
     if name in ("baddbmm", "addbmm", "addmv"):
         if name == "addmv":
             product = _vector_product(ir, b, a["mat"], a["vec"])
@@ -297,13 +308,7 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
             product = b("matmul", torch.bmm, a["batch1"], a["batch2"])
             if name == "addbmm":  # the batch's products summed
                 product = b("sum", torch.sum, product, 0)
-        beta, alpha = float(a["beta"]), float(a["alpha"])
-        if alpha != 1.0:
-            product = b("mul", torch.mul, product, alpha)
-        if beta == 0.0:  # the input is ignored, NaN included
-            return product
-        base = x if beta == 1.0 else b("mul", torch.mul, x, beta)
-        return b("add", torch.add, base, product)
+        return _scaled_sum(b, x, product, float(a["beta"]), float(a["alpha"]))
     if name == "linear" and floating and len(ir.shapes[x]) == 1:  # a vector: a one-row GEMM
         row = b("unsqueeze", torch.unsqueeze, x, 0)
         product = b("linear", torch.nn.functional.linear, row, a["weight"], a["bias"])
@@ -350,12 +355,94 @@ def _diff(
     return x
 
 
+def _scaled_sum(b: _Builder, x: Ref, product: Ref, beta: float, alpha: float) -> Ref:
+    """``beta * x + alpha * product``, as the ``add*`` calls give it: with ``beta`` 0 the input
+    is ignored, NaN included."""
+    if alpha != 1.0:
+        product = b("mul", torch.mul, product, alpha)
+    if beta == 0.0:
+        return product
+    base = x if beta == 1.0 else b("mul", torch.mul, x, beta)
+    return b("add", torch.add, base, product)
+
+
+def chained_product(ir: ProgramIR, b: _Builder, tensors: list[Ref]) -> Ref | None:
+    """``linalg.multi_dot`` / ``chain_matmul``: the products in the cheaper order for three
+    matrices, left to right otherwise; a vector first or last is a row or a column, dropped
+    again at the end."""
+    first, last = len(ir.shapes[tensors[0]]) == 1, len(ir.shapes[tensors[-1]]) == 1
+    if len(tensors) < 2 or (first and last and len(tensors) == 2):
+        return None
+    ms = list(tensors)
+    if first:
+        ms[0] = b("unsqueeze", torch.unsqueeze, ms[0], 0)
+    if last:
+        ms[-1] = b("unsqueeze", torch.unsqueeze, ms[-1], 1)
+    shapes = [ir.shapes[m] for m in ms]
+    if any(len(sh) != 2 for sh in shapes):
+        return None
+    if len(ms) == 3:
+        (p, q), (_, r), (_, t) = shapes
+        if q * r * t + p * q * t < p * q * r + p * r * t:  # A(BC) costs less than (AB)C
+            ms = [ms[0], b("matmul", torch.matmul, ms[1], ms[2])]
+    out = ms[0]
+    for m in ms[1:]:
+        out = b("matmul", torch.matmul, out, m)
+    if last:
+        out = b("squeeze", torch.squeeze, out, -1)
+    if first:
+        out = b("squeeze", torch.squeeze, out, 0)
+    return out
+
+
+def block_diagonal(ir: ProgramIR, b: _Builder, tensors: list[Ref]) -> Ref | None:
+    """``block_diag``: each block (a number a 1x1 block, a vector a row) padded with zeros to
+    the total width at its columns, the blocks stacked down the rows."""
+    blocks = []
+    for t in tensors:
+        rank = len(ir.shapes[t])
+        if rank > 2:
+            return None
+        blocks.append(t if rank == 2 else b("view", "view", t, 1, -1))
+    width = sum(ir.shapes[blk][1] for blk in blocks)
+    rows, left = [], 0
+    for blk in blocks:
+        cols = ir.shapes[blk][1]
+        rows.append(b("pad", torch.nn.functional.pad, blk, [left, width - left - cols]))
+        left += cols
+    return b("cat", torch.cat, rows, 0)
+
+
+def _matrix_norm(
+    ir: ProgramIR, b: _Builder, x: Ref, order: Any, dims: list[int], keep: bool
+) -> Ref | None:
+    """A matrix norm over ``dims`` as PyTorch computes it: Frobenius, or for orders 1 and
+    infinity the largest (smallest, negated) sum of magnitudes down the columns or along the
+    rows; ``None`` for the orders that need singular values."""
+    if order == "fro":
+        return b("norm", torch.norm, x, 2, dims, keep)
+    if order not in (1, -1, math.inf, -math.inf):
+        return None
+    rank = len(ir.shapes[x])
+    rows, cols = (d % rank for d in dims)
+    if rows == cols:
+        return None
+    summed, kept = (rows, cols) if order in (1, -1) else (cols, rows)
+    sums = b("sum", torch.sum, b("abs", torch.abs, x), summed, keep)
+    if not keep and summed < kept:
+        kept -= 1  # the summed dim is gone
+    return b("amax" if order > 0 else "amin", torch.amax if order > 0 else torch.amin, sums,
+             kept, keep)
+
+
 def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
     """Norms by ``torch.linalg``, gathers, shuffles, rotations and products of 3-vectors."""
     x = a["input"]
     shape = list(ir.shapes[x])
     if name == "linalg_norm":
         dim, keep = a["dim"], bool(a["keepdim"])
+        if a["dtype"] is None and isinstance(dim, list | tuple) and len(dim) == 2:
+            return _matrix_norm(ir, b, x, "fro" if a["ord"] is None else a["ord"], list(dim), keep)
         if a["dtype"] is not None or (isinstance(dim, list | tuple) and len(dim) != 1):
             return None
         if a["ord"] is None:

@@ -24,6 +24,8 @@ from stitch_graph.codegen._capture_compose import (
     COMPOSE_METHODS,
     COMPOSE_SIGNATURES,
     _vector_norm,
+    block_diagonal,
+    chained_product,
     compose,
 )
 from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
@@ -143,6 +145,15 @@ def _decompose(
     called = fx_node.op == "call_function" or name in ARRANGE_METHODS
     if name in ARRANGE_SIGNATURES and called and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
+    if name in _JOINED_MATRICES and fx_node.op == "call_function":  # tensors: varargs or a list
+        tensors = list(args[0]) if len(args) == 1 and isinstance(args[0], list | tuple) else args
+        if not tensors or not all(
+            isinstance(t, Ref) and ir.dtypes.get(t) == "float32" for t in tensors
+        ):
+            return None
+        b = _Builder(ir, ours, fx_node.name)
+        join = _JOINED_MATRICES[name]
+        return _all_or_nothing(ir, lambda: join(ir, b, tensors))
     if isinstance(fx_node.target, torch._ops.OpOverload) and name.lstrip("_").startswith(
         "upsample_"
     ):
@@ -174,6 +185,11 @@ def _decompose(
         return _all_or_nothing(ir, lambda: order_statistic(ir, b, name, a, 1 in used))
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
 
+
+_JOINED_MATRICES = {
+    "linalg_multi_dot": chained_product, "chain_matmul": chained_product,
+    "block_diag": block_diagonal,
+}
 
 _RESIZE_MODES = {
     "nearest": "nearest", "nearest_exact": "nearest-exact", "linear": "linear",
