@@ -179,3 +179,33 @@ def test_the_estimate_counts_an_input_that_siblings_reduce_once() -> None:
     (group,) = [g for g in schedule.schedule_program(ir) if g.siblings]
     nbytes, _ = schedule._bytes_and_flops(ir, group)
     assert nbytes == 4.0 * (4096 * 1024 + 4096)
+
+
+# reductions of the same rows that nothing combines row by row, their results read apart:
+# one pass, the earlier result stored beside (a loss's ``sum(p * t)`` and ``sum(p * log p)``)
+JOINED = {
+    "two_sums_read_apart": (
+        "torch.stack([(x * p).sum(-1).mean(), -(x * torch.log(p + 0.1)).sum(-1).amax()])"
+    ),
+    "a_loss_and_its_entropy_returned": (
+        "(F.softmax(x, -1) * p).sum(-1), (F.softmax(x, -1) * F.log_softmax(x, -1)).sum(-1)"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JOINED))
+def test_reductions_read_apart_share_one_pass(name: str, tmp_path: Path) -> None:
+    source = _source(JOINED[name], (6, 40), count=2)
+    ir = capture_program(load_task(source))
+    groups = [g for g in schedule.schedule_program(ir) if g.kind == "reduction"]
+    assert any(len(g.anchors) >= 2 for g in groups), [g.anchors for g in groups]
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_result_read_before_the_later_pass_keeps_its_own() -> None:
+    # the first sum scales what the second sums: the second cannot run before it
+    groups = _groups("(x * x.sum(-1, keepdim=True)).sum(-1) + x.amax(-1)", (4, 32))
+    sums = [g for g in groups if "sum" in [o.split("_")[0] for o in g.anchors]]
+    assert all(len(g.anchors) <= 2 for g in sums)

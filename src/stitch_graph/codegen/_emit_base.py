@@ -193,6 +193,7 @@ class _Args:
     tiles: dict[Ref, str] = field(default_factory=dict)  # operand -> its shared-memory tile
     tile_space: tuple[int, ...] = ()
     tile_missed: bool = False  # a tiled operand was read at another element than ``i``
+    written: set[Ref] = field(default_factory=set)  # results stored beside, by ``store``
 
     def row_length(self, space: tuple[int, ...], idx: str) -> int:
         """The row length when ``idx`` of ``space`` is ``r * length + k`` here, else 0."""
@@ -230,9 +231,16 @@ class _Args:
             return f"{name}[{offset}]"
         return f"{name}[{_offset(shape, strides, space, idx)}]"
 
+    def store(self, ref: Ref) -> str:
+        """The parameter a result stored beside the kernel's own is written through (passed
+        with the operands, in their order, not ``const``)."""
+        self.written.add(ref)
+        return self.param(ref)
+
     def signature(self, extra: list[str]) -> str:
         params = [
-            f"const {_CTYPE.get(self.ir.dtypes.get(r, 'float32'), 'float')}* __restrict__ a{i}"
+            f"{'' if r in self.written else 'const '}"
+            f"{_CTYPE.get(self.ir.dtypes.get(r, 'float32'), 'float')}* __restrict__ a{i}"
             for i, r in enumerate(self.refs)
         ]
         return ", ".join(params + extra)

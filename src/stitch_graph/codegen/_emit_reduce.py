@@ -282,6 +282,13 @@ class _ReduceEmitter(_EmitterBase):
         # siblings whose results are concatenated: each stored into its slice of the result
         slices = concatenated(ir, g, out)
         epilogue = [m for m in g.epilogue if m != out.name] if slices else g.epilogue
+        # results other kernels read too, of reductions joined into this pass
+        # (``_fusion_passes.join_row_passes``): stored beside, one value a row
+        beside = self.stored_beside(g.members, out)
+        if beside and (slices or any(m.name in g.prologue or m.shape != anchor_shape
+                                     or out.shape != anchor_shape for m in beside)):
+            msg = f"{g.id}: results stored beside a reduction's are one value a row"
+            raise EmitError(msg)
 
         def load_value(args: _Args, env: dict[str, str]) -> tuple[list[str], str]:
             lines = self.exprs(g.prologue, in_shape, "i", env, args)
@@ -315,6 +322,8 @@ class _ReduceEmitter(_EmitterBase):
                 env[anchor.name] = f"v_{anchor.name}"
             lines += self.exprs(epilogue if members is None else members, anchor_shape, "r",
                                 env, args)
+            if members is None:
+                lines += [f"{args.store(Ref('node', m.name))}[r] = {env[m.name]};" for m in beside]
             if slices and result_of is None:  # the first slice is the kernel's own store
                 (first, _), *rest = slices
                 lines += [f"out[{where.element('r')}] = {env[name]};" for name, where in rest]
@@ -330,7 +339,13 @@ class _ReduceEmitter(_EmitterBase):
                 red, tun, in_shape, inner, gathered, ops, False))
         # consumers that broadcast the result back over the rows joined: reduce, then rewrite
         broadcast = out.shape != anchor_shape and numel(out.shape) == numel(in_shape)
-        return self._reduction_layout(red, tun, in_shape, inner, gathered, ops, broadcast)
+        allocs = [
+            f"{m.name} = torch.empty({list(m.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(m.dtype, 'torch.float32')})"
+            for m in beside
+        ]
+        return [*allocs, *self._reduction_layout(red, tun, in_shape, inner, gathered, ops,
+                                                  broadcast)]
 
     def _reduction_layout(
         self,
@@ -742,7 +757,7 @@ class _ReduceEmitter(_EmitterBase):
         row = (in_shape, length) if red.contiguous else None  # i = r * length + k
         args = _Args(ir, vector=vec, row=row)
         pre, value = load_value(args, {})
-        post, result = ([], "") if broadcast else finish(_Args(ir, refs=args.refs), "acc")
+        post, result = ([], "") if broadcast else finish(_Args(ir, refs=args.refs, written=args.written), "acc")
         otype = _CTYPE.get(out.dtype, "float")
         unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
         inside = f"u < {nu}" if nu % (threads * batch) else "true"
@@ -751,7 +766,7 @@ class _ReduceEmitter(_EmitterBase):
         if broadcast is not None:
             per_row, row_result, per_element = broadcast
             env: dict[str, str] = {}
-            row_lines, _ = finish(_Args(ir, refs=args.refs), "acc", per_row, row_result, env)
+            row_lines, _ = finish(_Args(ir, refs=args.refs, written=args.written), "acc", per_row, row_result, env)
             targs = _Args(ir, refs=args.refs, vector=vec, row=row)
             element = self.exprs(per_element, in_shape, "i", env, targs)
             tail_vec = targs.vec_refs

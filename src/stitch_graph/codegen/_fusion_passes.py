@@ -10,8 +10,16 @@ the emitter and a plan's own grouping agree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
-from stitch_graph.codegen.ops import GENERATED_DTYPES, INDEXED, READS_ELSEWHERE, lookup
+from stitch_graph.codegen.ops import (
+    GENERATED_DTYPES,
+    INDEXED,
+    LOADS_THROUGH_PROLOGUE,
+    READS_ELSEWHERE,
+    lookup,
+)
 
 _READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
 
@@ -180,9 +188,10 @@ def fold_shared_producers(
             shape = ir.node(g.output).shape
             if into is g or any(group_of[r] is not into for r in readers):
                 continue
-            if any(ir.node(r).shape != shape for r in readers):
+            if any(ir.node(r).shape != shape and not _reads_on_load(ir, into, r, g.output)
+                   for r in readers):
                 continue  # a reader at other positions (a broadcast) would recompute it
-            if all(r in into.prologue for r in readers):
+            if all(r in into.prologue or _reads_on_load(ir, into, r, g.output) for r in readers):
                 into.prologue.extend(g.members)
             elif _epilogue_takes(ir, into, shape) and all(r in into.epilogue for r in readers):
                 into.epilogue.extend(g.members)
@@ -192,3 +201,66 @@ def fold_shared_producers(
                 group_of[m] = into
             groups.remove(g)
             changed = True
+
+
+def _reads_on_load(ir: ProgramIR, into: Group, reader: str, value: str) -> bool:
+    """Whether ``reader`` is an anchor of ``into`` whose input is ``value``, which its kernel
+    then computes as it loads each element (a loss's sum of ``p * t``)."""
+    node = ir.node(reader)
+    source = node.args.get("input")
+    return (
+        reader in into.anchors
+        and into.kind in LOADS_THROUGH_PROLOGUE
+        and isinstance(source, Ref)
+        and source.name == value
+        and all(r.name != value for r in node.tensor_refs() if r is not source)
+    )
+
+
+def join_row_passes(
+    ir: ProgramIR,
+    groups: list[Group],
+    group_of: dict[str, Group],
+    users: dict[str, list[str]],
+    fits: Callable[[ProgramIR, Group, Group], bool],
+) -> None:
+    """Reductions of the same rows that neither reads, directly or through others, taken in
+    one pass where the later one launches (a loss's row sums of ``p * t`` and ``p * log p``
+    over the same logits): the earlier result is stored beside, so every reader of it must run
+    after that launch. ``fits`` is the scheduler's test of sibling reductions."""
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+
+    def launch(name: str) -> int:  # where a node's kernel or host line runs
+        g = group_of.get(name)
+        return order[g.output] if g is not None else order.get(name, len(order))
+
+    changed = True
+    while changed:
+        changed = False
+        rows = sorted((g for g in groups if g.kind == "reduction"), key=lambda g: order[g.output])
+        for i, a in enumerate(rows):
+            for b in rows[i + 1 :]:
+                if not fits(ir, a, b) or not _per_row(ir, a) or not _per_row(ir, b):
+                    continue
+                inside = {*a.members, *b.members}
+                later = order[b.output]
+                if any(u != "output" and launch(u) <= later
+                       for m in a.members for u in users.get(m, []) if u not in inside):
+                    continue  # a reader of the earlier result runs before the joined pass
+                anchors = sorted([*a.anchors, *b.anchors], key=order.__getitem__)
+                b.anchor, b.siblings = anchors[0], anchors[1:]
+                b.prologue = [*a.prologue, *b.prologue]
+                b.epilogue = [*a.epilogue, *b.epilogue]
+                for m in a.members:
+                    group_of[m] = b
+                groups.remove(a)
+                changed = True
+                break
+            if changed:
+                break
+
+
+def _per_row(ir: ProgramIR, g: Group) -> bool:
+    """Whether the reduction's results are one value a row (no epilogue broadcast back)."""
+    shape = tuple(ir.node(g.anchor or g.output).shape)
+    return all(tuple(ir.node(m).shape) == shape for m in [*g.epilogue, g.output])

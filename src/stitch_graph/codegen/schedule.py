@@ -36,6 +36,7 @@ from stitch_graph.codegen._fusion_passes import (
     computable_on_load,
     fold_shared_producers,
     groups_read_through,
+    join_row_passes,
     joins_storing,
     stores_beside,
 )
@@ -544,6 +545,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                         group_of[m] = group
                     g.epilogue = []
                     g.output = g.anchor or g.output
+    join_row_passes(ir, groups, group_of, users, _siblings_fit)
     fold_shared_producers(ir, groups, group_of, users)
     for g in groups:
         g.prologue.sort(key=order.__getitem__)
