@@ -127,12 +127,12 @@ def test_dropout_between_layers_in_training_stays_in_pytorch() -> None:
     assert "lstm" in emit_candidate(ir, plan).declared_torch_ops
 
 
-def test_a_strided_input_stays_in_pytorch() -> None:
+def test_a_strided_input_and_state_are_copied_and_generated(tmp_path: Path) -> None:
     source = _problem("GRU", body="return self.rnn(x.transpose(0, 1).contiguous().transpose(0, 1)"
-                                  ", h0)[0]")
-    ir = capture_program(load_task(source))
-    plan = plan_program(ir)
-    assert any("contiguous" in reason for reason in plan.unsupported_ops), plan.unsupported_ops
+                                  ", h0.transpose(1, 2).contiguous().transpose(1, 2))[0]")
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 def test_plan_asks_for_graph_replay() -> None:
