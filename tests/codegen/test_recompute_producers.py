@@ -42,6 +42,10 @@ CASES = [
     # the mask of counted targets, read by the logsumexp's pass and by the count (a plain
     # cross entropy reaches its three kernels through _capture_views' reshape rewrite already)
     "return F.cross_entropy(x, t, label_smoothing=0.1)",
+    # pairwise displacements wrapped into a periodic box (a chain reading one value twice),
+    # read by the distance's sum and by the force's: each sum computes them as it loads
+    "d = x[:, None, :8] - x[None, :, :8]\n        d = d - 2.0 * torch.round(d / 2.0)\n        "
+    "r = (d * d).sum(-1, keepdim=True) + 0.1\n        return (d * r.pow(-1.5)).sum(1)",
 ]
 
 

@@ -21,7 +21,7 @@ from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, READS_EL
 
 _CHEAP_FLOPS = 8.0  # per element: an exp, a divide, a lookup, not a GELU chain
 _MOST_READERS = 4
-_LONGEST_CHAIN = 4  # ops and views copied for one reader
+_LONGEST_CHAIN = 6  # ops and views copied for one reader (a wrapped N-body displacement: 5)
 _MOST_TRIALS = 24  # values weighed, a schedule and an estimate each
 _WHOLE = frozenset({"cat", "stack", "setitem"})  # written in place or by slices: kept whole
 _COMPUTES_ON_LOAD = frozenset({POINTWISE, *LOADS_THROUGH_PROLOGUE})
@@ -58,11 +58,13 @@ def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> li
     in program order, when together they cost a few FLOPs an element and read only stored
     tensors (a padding mask: a position compared with a length, then cast to float); else
     ``None``. Copying the chain copies no other work."""
-    chain: list[OpNode] = []
+    chain: dict[str, OpNode] = {}
     flops = 0.0
     pending = [node]
     while pending:
         member = pending.pop()
+        if member.name in chain:
+            continue  # read twice inside the chain (a displacement and its wrap)
         info = lookup(member.op)
         if info is None or member.op in _WHOLE:
             return None
@@ -70,20 +72,18 @@ def _cheap_chain(ir: ProgramIR, node: OpNode, users: dict[str, list[str]]) -> li
             flops += info.flops
         elif info.kind != "view":
             return None
-        chain.append(member)
+        chain[member.name] = member
         if flops > _CHEAP_FLOPS or len(chain) > _LONGEST_CHAIN:
             return None
         if member.op in READS_ELSEWHERE:
             continue  # its operands stay in memory for every copy to read
         for ref in member.tensor_refs():
-            if _stored(ir, ref):
-                continue
-            source = ir.node(ref.name)
-            if users[source.name] != [member.name]:
-                return None  # read elsewhere too: it is computed there anyway
-            pending.append(source)
+            if not _stored(ir, ref):
+                pending.append(ir.node(ref.name))
+    if any(u not in chain for m in chain.values() if m is not node for u in users[m.name]):
+        return None  # read elsewhere too: it is computed there anyway
     order = {n.name: i for i, n in enumerate(ir.nodes)}
-    return sorted(chain, key=lambda n: order[n.name])
+    return sorted(chain.values(), key=lambda n: order[n.name])
 
 
 def _stored(ir: ProgramIR, ref: Ref) -> bool:
