@@ -92,6 +92,16 @@ def _program(source: str) -> Any:
     return emit_candidate(ir, plan_program(ir))
 
 
+def _program_without(module: Any, rule: str, source: str) -> Any:
+    """The program of ``source`` with the generator's ``module.rule`` answering no."""
+    saved = getattr(module, rule)
+    setattr(module, rule, lambda *args: False)
+    try:
+        return _program(source)
+    finally:
+        setattr(module, rule, saved)
+
+
 def test_the_adjacency_by_atomics_beats_pytorch() -> None:
     program = _program(_GCN)
     assert not program.declared_torch_ops
@@ -105,12 +115,7 @@ def test_an_optimizer_step_in_one_pass_beats_three() -> None:
     from stitch_graph.codegen import schedule
 
     joined = _program(_ADAMW)
-    saved = schedule.joins_storing
-    schedule.joins_storing = lambda *args: False
-    try:
-        apart = _program(_ADAMW)
-    finally:
-        schedule.joins_storing = saved
+    apart = _program_without(schedule, "joins_storing", _ADAMW)
     assert joined.kernel_source.count("__global__") < apart.kernel_source.count("__global__")
     ours, theirs = _matched_then_timed(_ADAMW, joined, apart)
     print(f"AdamW step: one pass {ours:.3f} ms, three kernels {theirs:.3f} ms "
@@ -125,12 +130,7 @@ def test_slice_assignments_in_place_beat_rewriting_the_tensor() -> None:
 
     program = _program(_SLICE)
     assert program.host_source.count("the region written in place") >= 2
-    saved = emit.writes_in_place
-    emit.writes_in_place = lambda *args: False
-    try:
-        whole = _program(_SLICE)
-    finally:
-        emit.writes_in_place = saved
+    whole = _program_without(emit, "writes_in_place", _SLICE)
     assert "the region written in place" not in whole.host_source
     ours, theirs = _matched_then_timed(_SLICE, program, whole)
     print(f"slice writes: in place {ours:.3f} ms, the tensor rewritten {theirs:.3f} ms "
