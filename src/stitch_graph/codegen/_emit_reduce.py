@@ -757,7 +757,8 @@ class _ReduceEmitter(_EmitterBase):
         row = (in_shape, length) if red.contiguous else None  # i = r * length + k
         args = _Args(ir, vector=vec, row=row)
         pre, value = load_value(args, {})
-        post, result = ([], "") if broadcast else finish(_Args(ir, refs=args.refs, written=args.written), "acc")
+        shared = _Args(ir, refs=args.refs, written=args.written)  # the same parameters
+        post, result = ([], "") if broadcast else finish(shared, "acc")
         otype = _CTYPE.get(out.dtype, "float")
         unit = f"const {index} u = t + ({index})(b * {batch} + j) * {threads};"
         inside = f"u < {nu}" if nu % (threads * batch) else "true"
@@ -766,7 +767,7 @@ class _ReduceEmitter(_EmitterBase):
         if broadcast is not None:
             per_row, row_result, per_element = broadcast
             env: dict[str, str] = {}
-            row_lines, _ = finish(_Args(ir, refs=args.refs, written=args.written), "acc", per_row, row_result, env)
+            row_lines, _ = finish(shared, "acc", per_row, row_result, env)
             targs = _Args(ir, refs=args.refs, vector=vec, row=row)
             element = self.exprs(per_element, in_shape, "i", env, targs)
             tail_vec = targs.vec_refs
