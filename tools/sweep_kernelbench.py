@@ -260,7 +260,12 @@ def measure(
     torch = _setup_torch()
     row: dict[str, Any] = {"problem": f"{path.parent.name}/{path.stem}"}
     started = time.perf_counter()
-    task, candidate, info = _generate(path, tune, tune_budget)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        task, candidate, info = _generate(path, tune, tune_budget)
+    said = sorted({str(w.message)[:200] for w in caught if w.category is RuntimeWarning})
+    if said:  # a CUDA graph the tuner could not capture says why once, here
+        row["tune_said"] = said
     gc.collect()  # the tuner's reference and inputs: a big problem needs the memory back
     torch.cuda.empty_cache()
     untuned = info.pop("untuned", None)
