@@ -105,14 +105,14 @@ def _insert_copies(ir: ProgramIR) -> None:
                 shape = grown or shape
                 # left to PyTorch, the copy must still have the broadcast shape
                 call = f".expand({', '.join(map(str, shape))}).contiguous" if grown else ".contiguous"
-                ref = _copy_of(ir, f"{node.name}_{key}", src, shape, call, new_nodes)
+                ref = _contiguous_copy(ir, f"{node.name}_{key}", src, shape, call, new_nodes)
                 node.args = {**node.args, key: ref}
                 node.call_args = [ref if a == src else a for a in node.call_args]
         hx = node.args.get("hx")
         if info is not None and info.kind == "rnn" and hx is not None:
             listed = isinstance(hx, list | tuple)
             states = [  # a state given transposed or sliced (an LSTM's is a pair)
-                _copy_of(ir, f"{node.name}_hx{k}", h, ir.shapes[h], ".contiguous", new_nodes)
+                _contiguous_copy(ir, f"{node.name}_hx{k}", h, ir.shapes[h], ".contiguous", new_nodes)
                 if isinstance(h, Ref) and h.kind == "node" and not ir.is_contiguous(h) else h
                 for k, h in enumerate(hx if listed else [hx])
             ]
@@ -122,7 +122,7 @@ def _insert_copies(ir: ProgramIR) -> None:
     _relayout_views(ir)
 
 
-def _copy_of(
+def _contiguous_copy(
     ir: ProgramIR, name: str, src: Ref, shape: tuple[int, ...], call: str, new_nodes: list[OpNode]
 ) -> Ref:
     """A contiguous copy of ``src`` (a pointwise ``copy`` node) appended to ``new_nodes``."""
