@@ -417,8 +417,8 @@ def _matrix_norm(
     ir: ProgramIR, b: _Builder, x: Ref, order: Any, dims: list[int], keep: bool
 ) -> Ref | None:
     """A matrix norm over ``dims`` as PyTorch computes it: Frobenius, or for orders 1 and
-    infinity the largest (smallest, negated) sum of magnitudes down the columns or along the
-    rows; ``None`` for the orders that need singular values."""
+    infinity the largest sum of magnitudes down the columns or along the rows (the smallest
+    for -1 and -infinity); ``None`` for the orders that need singular values."""
     if order == "fro":
         return b("norm", torch.norm, x, 2, dims, keep)
     if order not in (1, -1, math.inf, -math.inf):
