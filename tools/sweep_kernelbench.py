@@ -242,6 +242,14 @@ def _timer(torch: Any, args: list[Any], runs: int, warmup_s: float) -> Any:
     return time_it
 
 
+def _warned(call: Any) -> tuple[Any, list[str]]:
+    """``call()``'s result and the run-time warnings it raised (each once, shortened)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        result = call()
+    return result, sorted({str(w.message)[:200] for w in caught if w.category is RuntimeWarning})
+
+
 def measure(
     path: Path,
     *,
@@ -260,10 +268,7 @@ def measure(
     torch = _setup_torch()
     row: dict[str, Any] = {"problem": f"{path.parent.name}/{path.stem}"}
     started = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RuntimeWarning)
-        task, candidate, info = _generate(path, tune, tune_budget)
-    said = sorted({str(w.message)[:200] for w in caught if w.category is RuntimeWarning})
+    (task, candidate, info), said = _warned(lambda: _generate(path, tune, tune_budget))
     if said:  # a CUDA graph the tuner could not capture says why once, here
         row["tune_said"] = said
     gc.collect()  # the tuner's reference and inputs: a big problem needs the memory back
@@ -279,10 +284,7 @@ def measure(
     args = _draw(torch, namespace, 7)
     time_it = _timer(torch, args, runs, warmup_s)
     row["eager_ms"] = time_it(reference)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RuntimeWarning)
-        row["ours_ms"] = time_it(ours)
-    said = sorted({str(w.message)[:200] for w in caught if w.category is RuntimeWarning})
+    row["ours_ms"], said = _warned(lambda: time_it(ours))
     if said:  # a graph capture that failed in this worker runs plain launches: say so
         row["ours_said"] = said
     if untuned is not None:

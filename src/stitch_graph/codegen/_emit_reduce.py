@@ -285,8 +285,9 @@ class _ReduceEmitter(_EmitterBase):
         # results other kernels read too, of reductions joined into this pass
         # (``_fusion_passes.join_row_passes``): stored beside, one value a row
         beside = self.stored_beside(g.members, out)
-        if beside and (slices or any(m.name in g.prologue or m.shape != anchor_shape
-                                     or out.shape != anchor_shape for m in beside)):
+        if beside and (slices or out.shape != anchor_shape or any(
+            m.name in g.prologue or m.shape != anchor_shape for m in beside
+        )):
             msg = f"{g.id}: results stored beside a reduction's are one value a row"
             raise EmitError(msg)
 
