@@ -98,6 +98,11 @@ class Plan(BaseModel):
         default_factory=list, description="Ops no item generates; they stay in PyTorch, declared."
     )
     hotspots: list[Hotspot] = Field(default_factory=list)
+    exact_order: bool = Field(
+        default=False,
+        description="Every sum adds its terms in the reference's order: no rewrite that trades "
+        "rounding for speed (set once a reordered program missed the tolerance).",
+    )
     revision: int = 0
     author: str = "rules"
 

@@ -90,10 +90,12 @@ def rule_candidate(
                 ]
             }
         )
-        candidate = emit_candidate(program_ir(task), whole, through=pending[-1], tuning=tuning)
+        ir = program_ir(task, exact_order=plan.exact_order)
+        candidate = emit_candidate(ir, whole, through=pending[-1], tuning=tuning)
         candidate = candidate.model_copy(update={"item_id": pending[-1], "item_ids": pending})
     else:
-        candidate = emit_candidate(program_ir(task), plan, through=item.id, tuning=tuning)
+        ir = program_ir(task, exact_order=plan.exact_order)
+        candidate = emit_candidate(ir, plan, through=item.id, tuning=tuning)
     memory["tuning"] = tuning.model_dump()
     return candidate, memory
 
@@ -107,7 +109,7 @@ def plan_the_generator_follows(task: Task, plan: Plan) -> Plan:
     from stitch_graph.agents.program_cache import program_ir
     from stitch_graph.codegen import groups_from_plan, plan_program
 
-    ir = program_ir(task)
+    ir = program_ir(task, exact_order=plan.exact_order)
     try:
         groups_from_plan(ir, plan)
         return plan
@@ -123,11 +125,38 @@ def plan_the_generator_follows(task: Task, plan: Plan) -> Plan:
     )
 
 
+def exact_order_plan(task: Task, plan: Plan, feedback: Feedback | None) -> Plan | None:
+    """After a wrong result from a program whose capture reordered a sum's terms (a GEMM's
+    summed features as a summed weight, say), the plan of the program that keeps the
+    reference's order: such a result may miss the tolerance by rounding alone. ``None`` where
+    that does not apply."""
+    from stitch_graph.agents.program_cache import program_ir
+    from stitch_graph.codegen import plan_program
+
+    if feedback is None or feedback.category != "wrong_result" or plan.exact_order:
+        return None
+    reordered = program_ir(task).reordered
+    if not reordered:
+        return None
+    exact = plan_program(program_ir(task, exact_order=True), hotspots=plan.hotspots)
+    summary = (
+        f"{exact.summary} | revision {plan.revision + 1}: the result missed the tolerance; "
+        f"sums keep the reference's order (left out: {', '.join(reordered)})"
+    )
+    return exact.model_copy(update={"revision": plan.revision + 1, "summary": summary})
+
+
 def rule_step(
     task: Task, plan: Plan, item: TodoItem, state: StitchState, writer: Any
 ) -> dict[str, Any]:
     """One rule-based step; an item the generator cannot change is given up, not retried."""
     failures = list(state.get("failures", []))
+    feedback = state.get("feedback")
+    exact = exact_order_plan(task, plan, feedback)
+    if exact is not None:  # a new program: the old plan's knobs and batching do not apply
+        emit(writer, "coder", "summing in the reference's order", items=len(exact.items))
+        plan, item = exact, exact.next_pending()
+        state = {**state, "coder_memory": {"applied_feedback": id_of(feedback)}}
     followed = plan_the_generator_follows(task, plan)
     if followed is not plan:
         emit(writer, "coder", "using the generator's own schedule", items=len(followed.items))

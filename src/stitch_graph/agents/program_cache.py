@@ -14,15 +14,17 @@ from stitch_graph.artifacts import Task
 if TYPE_CHECKING:
     from stitch_graph.codegen import ProgramIR
 
-_BY_DIGEST: dict[str, ProgramIR] = {}
+_BY_DIGEST: dict[tuple[str, bool], ProgramIR] = {}
 
 
-def program_ir(task: Task) -> ProgramIR:
-    """The captured program of ``task``, capturing it on first use."""
-    ir = _BY_DIGEST.get(task.digest)
+def program_ir(task: Task, *, exact_order: bool = False) -> ProgramIR:
+    """The captured program of ``task``, capturing it on first use; ``exact_order``: the one
+    whose sums keep the reference's order (``Plan.exact_order``)."""
+    key = (task.digest, exact_order)
+    ir = _BY_DIGEST.get(key)
     if ir is None:
-        ir = _capture()(task)
-        _BY_DIGEST[task.digest] = ir
+        ir = _capture()(task, exact_order=exact_order)
+        _BY_DIGEST[key] = ir
     return ir
 
 

@@ -49,12 +49,14 @@ from stitch_graph.codegen.ir import ProgramIR
 __all__ = ["CaptureError", "capture_program"]
 
 
-def capture_program(task: Task) -> ProgramIR:
+def capture_program(task: Task, *, exact_order: bool = False) -> ProgramIR:
     """Trace the task's ``Model`` and lower it to the codegen IR.
 
     Args:
         task: A KernelBench task; ``task.inputs`` gives the input shapes (when empty, the source's
             ``get_inputs()`` is run on the meta device).
+        exact_order: Keep every sum's terms in the reference's order: no rewrite that trades
+            rounding for speed (``ProgramIR.reordered`` names those a default capture made).
 
     Returns:
         The program: inputs, parameters/buffers by dotted name, canonical nodes, outputs.
@@ -100,7 +102,7 @@ def capture_program(task: Task) -> ProgramIR:
         gm, method = _trace(model, args, real)
         state = model.state_dict()
     try:
-        return _lower(task, model, gm, method, args, in_dtypes, state)
+        return _lower(task, model, gm, method, args, in_dtypes, state, exact_order=exact_order)
     except _PropagationError:
         if method != "fx":
             raise
@@ -108,7 +110,8 @@ def capture_program(task: Task) -> ProgramIR:
     # model as it was built (the trace may have reassigned its attributes)
     model = _restored(model, built) if built is not None else fresh()
     gm = _export(model, args, real)
-    return _lower(task, model, gm, "export", args, in_dtypes, model.state_dict())
+    state = model.state_dict()
+    return _lower(task, model, gm, "export", args, in_dtypes, state, exact_order=exact_order)
 
 
 def _attributes_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:

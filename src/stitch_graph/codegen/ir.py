@@ -137,6 +137,10 @@ class ProgramIR:
     training: bool = True
     method: str = "fx"
     notes: list[str] = field(default_factory=list)
+    # rewrites that changed the order in which a sum adds its terms: a program that misses the
+    # tolerance by rounding alone is captured again without them (``exact_order``)
+    reordered: list[str] = field(default_factory=list)
+    exact_order: bool = False  # captured without them
 
     def node(self, name: str) -> OpNode:
         """The node called ``name``."""

@@ -817,7 +817,12 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
         f", {len(unsupported)} op(s) left to PyTorch" if unsupported else ""
     )
     return Plan(
-        summary=summary, items=items, host=host, unsupported_ops=unsupported, hotspots=hotspots
+        summary=summary,
+        items=items,
+        host=host,
+        unsupported_ops=unsupported,
+        hotspots=hotspots,
+        exact_order=ir.exact_order,
     )
 
 
