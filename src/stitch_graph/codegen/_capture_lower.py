@@ -35,6 +35,7 @@ from stitch_graph.codegen._capture_base import (
     _subst,
     _to_meta,
 )
+from stitch_graph.codegen._capture_batched_products import batch_shared_products
 from stitch_graph.codegen._capture_broadcast_products import sum_broadcast_products_as_matmuls
 from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_common import merge_common_subexpressions
@@ -280,7 +281,8 @@ def _lower(
     _drop_unit_reductions(ir)
     _eliminate_dead(ir)
     rewrites = (
-        sum_broadcast_products_as_matmuls, interleave_stacks, sum_products_first,
+        batch_shared_products, sum_broadcast_products_as_matmuls, interleave_stacks,
+        sum_products_first,
         scale_operands_of_products, scatters_as_comparisons, compute_through_views,
     )
     for rewrite in rewrites:
@@ -299,11 +301,11 @@ def _lower(
     return ir
 
 
-# A GEMM in place of a broadcast product's sum, a summed weight in place of a GEMM's summed
-# features: the same sum, its terms added in another order. KernelBench L2 14's summed weights
-# were 6e-3 from float64 where eager was 1.8e-2, and 2.2e-2 from eager: closer to the exact
-# value, outside a 1e-4 tolerance of eager (H100).
-_REORDERING = (sum_broadcast_products_as_matmuls, sum_products_first)
+# Products split and batched, a GEMM in place of a broadcast product's sum, a summed weight in
+# place of a GEMM's summed features: the same sums, their terms added in another order. L2 14's
+# summed weights were 6e-3 from float64 where eager was 1.8e-2, and 2.2e-2 from eager: closer to
+# the exact value, outside a 1e-4 tolerance of eager (KernelBench, H100).
+_REORDERING = (batch_shared_products, sum_broadcast_products_as_matmuls, sum_products_first)
 
 
 def _optional(rewrite: Any, ir: ProgramIR) -> None:

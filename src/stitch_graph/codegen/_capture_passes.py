@@ -96,6 +96,8 @@ def _insert_copies(ir: ProgramIR) -> None:
                 # cuBLAS reads a transposed or strided matrix as it is (a linear over the
                 # tokens of (B, T, C) transposed: one batched GEMM, no copy first)
                 needs = matrix_layout(ir.shapes[src], ir.strides[src]) is None
+            elif needs and node.op == "linear":  # a weight's rows may lie apart
+                needs = len(ir.shapes[src]) != 2 or ir.strides[src][1] != 1
             if needs and node.op in _RESHAPES:
                 needs = not _views_in_place(ir, src, node.shape)
             shape = ir.shapes[src] if isinstance(src, Ref) else ()

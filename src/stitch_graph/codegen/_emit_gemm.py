@@ -62,7 +62,8 @@ class _GemmEmitter(_EmitterBase):
             k = ir.shapes[w_ref][1]
             n = ir.shapes[w_ref][0]
             a_shape = ir.shapes[a_ref]
-            a_layout, b_layout = (False, k, 0), (True, k, 0)
+            # a weight's rows may lie apart (a column slice of a wider weight)
+            a_layout, b_layout = (False, k, 0), (True, ir.strides[w_ref][0], 0)
             b_ref, batch = w_ref, 1
             m_rows = numel(a_shape) // k
             if not ir.is_contiguous(a_ref):  # a transposed view: its matrices batched as they lie
