@@ -57,6 +57,7 @@ from stitch_graph.codegen._capture_norm_on_load import normalize_on_load
 from stitch_graph.codegen._capture_norms import recognize_norms
 from stitch_graph.codegen._capture_one_hot import scatters_as_comparisons
 from stitch_graph.codegen._capture_passes import (
+    _drop_identity_views,
     _drop_unit_reductions,
     _eliminate_dead,
     _insert_copies,
@@ -279,6 +280,7 @@ def _lower(
     merge_common_subexpressions(ir)
     recognize_norms(ir)
     _drop_unit_reductions(ir)
+    _drop_identity_views(ir)
     _eliminate_dead(ir)
     rewrites = (
         batch_shared_products, sum_broadcast_products_as_matmuls, interleave_stacks,

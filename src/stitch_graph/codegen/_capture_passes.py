@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _meta, _to_meta
+from stitch_graph.codegen._capture_base import _meta, _rewire, _to_meta
 from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen.ir import (
     OpNode,
@@ -69,6 +69,30 @@ def _drop_unit_reductions(ir: ProgramIR) -> None:
         node.call, node.call_args, node.call_kwargs = ".view", [src, *node.shape], {}
         node.attrs.pop("tuple_element", None)
         ir.strides[Ref("node", node.name)] = tuple(meta.stride())
+
+
+_RESHAPING = frozenset(
+    {"view", "view_as", "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as"}
+)
+
+
+def _drop_identity_views(ir: ProgramIR) -> None:
+    """A reshape to the shape and strides its input has (``idx.view(b, -1)`` of a (b, n)
+    index, ``y.view_as(x)`` of a y shaped as x) is its input: its readers read that, and a
+    gather or an index read through it fuses with them as it would without it."""
+    outputs = {r.name for r in ir.outputs if r.kind == "node"}
+    swap: dict[Ref, Ref] = {}
+    for node in ir.nodes:
+        src = node.args.get("input")
+        if node.op not in _RESHAPING or not isinstance(src, Ref) or node.name in outputs:
+            continue
+        ref = Ref("node", node.name)
+        same = ir.shapes[src] == ir.shapes[ref] and ir.strides[src] == ir.strides[ref]
+        if same and ir.dtypes[src] == ir.dtypes[ref]:
+            swap[ref] = swap.get(src, src)
+    if swap:
+        for node in ir.nodes:
+            _rewire(node, swap)
 
 
 def _insert_copies(ir: ProgramIR) -> None:
