@@ -18,7 +18,7 @@ from typing import Any
 
 from stitch_graph.codegen._cat_slices import CatSlice
 from stitch_graph.codegen._emit_transpose import TILE_THREADS, plan_tile, tile_kernel, tile_read
-from stitch_graph.codegen._indexed_rules import index_position
+from stitch_graph.codegen._indexed_rules import index_position, own_position_operands
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref, contiguous_strides, numel, row_layout
 from stitch_graph.codegen.ops import INDEXED, lookup
 from stitch_graph.codegen.tuning import KernelTuning, Tuning
@@ -549,7 +549,8 @@ class _EmitterBase:
         offset = " + ".join(
             [f"{at.coord(d + m)} * {s_}" for m, s_ in enumerate(ir.strides[index]) if ir.shapes[index][m] != 1]  # noqa: E501
         ) or "0"
-        i = f"(long long)({args.param(index)}[{offset}])"
+        computed = env.get(index.name) if index in own_position_operands(ir, node) else None
+        i = f"(long long)({computed or f'{args.param(index)}[{offset}]'})"
         i = f"min(max(({i} < 0 ? {i} + {rshape[d]} : {i}), 0LL), {rshape[d] - 1}LL)"
         terms = [f"{i} * {rstrides[d]}"]
         for j in range(len(rshape)):
@@ -585,7 +586,9 @@ class _EmitterBase:
         by binary search of the sorted 1-D boundaries (``sg_bucket``)."""
         src: Ref = node.args["input"]
         edges: Ref = node.args["boundaries"]
-        value = self._read(src, args, lambda ref: at.base(ref, set()))
+        value = (env.get(src.name) if src.kind == "node" else None) or self._read(
+            src, args, lambda ref: at.base(ref, set())
+        )
         n, stride = self.ir.shapes[edges][0], self.ir.strides[edges][0]
         right = "true" if node.args.get("right") else "false"
         return f"sg_bucket({args.param(edges)}, {n}, {stride}, {value}, {right})"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 
-__all__ = ["index_position", "indexed_ok"]
+__all__ = ["index_position", "indexed_ok", "own_position_operands"]
 
 
 def index_position(ir: ProgramIR, node: OpNode) -> tuple[int, Ref] | None:
@@ -25,6 +25,23 @@ def index_position(ir: ProgramIR, node: OpNode) -> tuple[int, Ref] | None:
     if ir.dtypes.get(index) not in ("int64",) or d >= len(ir.shapes[node.args["input"]]):
         return None
     return d, index
+
+
+def own_position_operands(ir: ProgramIR, node: OpNode) -> list[Ref]:
+    """The operands an indexed op reads at its own element's coordinates: a gather's index,
+    the values a bucketize searches for, the index into a 1-D table (``k[idx]``). Their
+    producers may compute them in the same kernel; the other operands are read elsewhere."""
+    shape = tuple(node.shape)
+    if node.op == "gather":
+        found = node.args.get("index")
+    elif node.op == "bucketize":
+        found = node.args.get("input")
+    elif node.op == "index" and (position := index_position(ir, node)) is not None:
+        table = node.args["input"]
+        found = position[1] if len(ir.shapes[table]) == 1 else None
+    else:
+        found = None
+    return [found] if isinstance(found, Ref) and ir.shapes[found] == shape else []
 
 
 def _index_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:

@@ -40,7 +40,7 @@ from stitch_graph.codegen._fusion_passes import (
     joins_storing,
     stores_beside,
 )
-from stitch_graph.codegen._indexed_rules import indexed_ok
+from stitch_graph.codegen._indexed_rules import indexed_ok, own_position_operands
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
 from stitch_graph.codegen.ir import (
     Group,
@@ -479,7 +479,11 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 continue
             candidates: list[Group] = []
             # cat/flip/gather read their operands at other positions: those stay in memory
-            operands = [] if node.op in INDEXED - {"triu", "tril"} else node.tensor_refs()
+            operands = (
+                own_position_operands(ir, node)
+                if node.op in INDEXED - {"triu", "tril"}
+                else node.tensor_refs()
+            )
             for ref in operands:
                 g = group_of.get(ref.name) if ref.kind == "node" else None
                 if g is None or g in candidates:

@@ -1,0 +1,52 @@
+"""An indexed op's operand read at its own element (a gather's index, the values a bucketize
+searches for, an index into a 1-D table) is computed by the same kernel as the op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch_graph.codegen import capture_program, plan_program
+from stitch_graph.task import load_task
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("knots", torch.linspace(-2.0, 2.0, 16))
+        self.register_buffer("values", torch.randn(16))
+
+    def forward(self, x, idx):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(8, 64), torch.randint(0, 16, (8, 64))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = {
+    "gather_of_a_computed_index": (
+        "torch.gather(self.values.expand(8, -1), 1, (idx + 3).clamp(max=15)) * x"
+    ),
+    "table_read_at_a_bucket": (
+        "self.values[torch.bucketize(torch.tanh(x) * 2.0, self.knots).clamp(0, 15)] + x"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_index_is_computed_where_it_is_read(case: str, tmp_path: Path) -> None:
+    source = _PROBLEM.format(expr=CASES[case])
+    assert len(plan_program(capture_program(load_task(source))).items) == 1
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
