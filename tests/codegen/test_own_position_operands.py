@@ -23,7 +23,7 @@ class Model(nn.Module):
         self.register_buffer("values", torch.randn(16))
 
     def forward(self, x, idx):
-        return {expr}
+        {body}
 
 
 def get_inputs():
@@ -36,17 +36,31 @@ def get_init_inputs():
 
 CASES = {
     "gather_of_a_computed_index": (
-        "torch.gather(self.values.expand(8, -1), 1, (idx + 3).clamp(max=15)) * x"
+        "return torch.gather(self.values.expand(8, -1), 1, (idx + 3).clamp(max=15)) * x"
     ),
     "table_read_at_a_bucket": (
-        "self.values[torch.bucketize(torch.tanh(x) * 2.0, self.knots).clamp(0, 15)] + x"
+        "return self.values[torch.bucketize(torch.tanh(x) * 2.0, self.knots).clamp(0, 15)] + x"
     ),
 }
 
 
+# a bucket and the one below it, each read by two lookups: the search's kernel stores them
+# beside the first lookup (``joins_storing``), the rest is one kernel
+SHARED = """bucket = torch.bucketize(x, self.knots).clamp(1, 15)
+        below = bucket - 1
+        return self.values[below] * self.knots[below] + self.values[bucket] * x"""
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_index_is_computed_where_it_is_read(case: str, tmp_path: Path) -> None:
-    source = _PROBLEM.format(expr=CASES[case])
+    source = _PROBLEM.format(body=CASES[case])
     assert len(plan_program(capture_program(load_task(source))).items) == 1
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_an_index_read_by_several_lookups_joins_the_first(tmp_path: Path) -> None:
+    source = _PROBLEM.format(body=SHARED)
+    assert len(plan_program(capture_program(load_task(source))).items) == 2
     task, program = generate_checked(source)
     check_on_cpu(task, program, tmp_path, cooperative=True)

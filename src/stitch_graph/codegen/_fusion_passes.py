@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stitch_graph.codegen._indexed_rules import own_position_operands
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import (
     GENERATED_DTYPES,
@@ -92,9 +93,9 @@ def joins_storing(
     read again by its new parameter; a recurrent cell's state, read by the next step): the
     same elements, and every other reader of them after ``node`` (the joined kernel launches
     there) or the program's output."""
-    if g.anchor is not None or g.kind != "pointwise" or node.op in INDEXED:
-        return False
     out = Ref("node", g.output)
+    if g.anchor is not None or g.kind != "pointwise" or not _reads_at_own_element(ir, node, out):
+        return False
     if tuple(ir.shapes[out]) != tuple(node.shape) or ir.dtypes.get(out) not in GENERATED_DTYPES:
         return False
     inside = {*g.members, node.name}
@@ -102,9 +103,16 @@ def joins_storing(
         for user in users[member]:
             if user == "output" or user in inside:
                 continue
-            if order[user] < order[node.name] or ir.node(user).op in INDEXED:
+            later = order[user] > order[node.name]
+            if not later or not _reads_at_own_element(ir, ir.node(user), Ref("node", member)):
                 return False
     return True
+
+
+def _reads_at_own_element(ir: ProgramIR, reader: OpNode, ref: Ref) -> bool:
+    """Whether ``reader`` reads ``ref`` at its own element only: a kernel that joins it reads
+    no element another thread of it stores."""
+    return reader.op not in INDEXED or ref in own_position_operands(ir, reader)
 
 
 def groups_read_through(
