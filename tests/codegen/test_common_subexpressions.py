@@ -69,3 +69,15 @@ def test_random_ops_are_not_merged() -> None:
     )
     ir = capture_program(load_task(source))
     assert sum(node.op.startswith("dropout") for node in ir.nodes) == 2
+
+
+def test_one_logsumexp_serves_a_softmax_and_a_cross_entropy(tmp_path: Path) -> None:
+    expr = (
+        "F.cross_entropy(x, x.argmax(-1), reduction='none')"
+        " + (x.softmax(-1) * torch.log_softmax(x, -1)).sum(-1)"
+    )
+    source = _PROBLEM.format(expr=expr)
+    ops = [n.op for n in capture_program(load_task(source)).nodes]
+    assert ops.count("logsumexp") == 1, ops
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)

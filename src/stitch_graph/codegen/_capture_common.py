@@ -17,6 +17,8 @@ from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import UNSUPPORTED, lookup
 
+# attributes that note where a node came from, not what it computes
+_NOTES = frozenset({"row_lse_of"})
 _IMPURE_WORDS = ("rand", "dropout", "bernoulli", "normal", "uniform", "empty", "multinomial")
 
 
@@ -34,11 +36,11 @@ def _pure(node: OpNode) -> bool:
 
 def _key(node: OpNode) -> str:
     """Everything that decides ``node``'s value, as text (``repr`` keeps ``Ref``, dtypes and
-    nested lists apart)."""
-    parts: tuple[Any, ...] = (
-        node.op, node.args, node.shape, node.dtype, node.call, node.call_args,
-        node.call_kwargs, sorted(node.attrs.items()),
-    )
+    nested lists apart). The arguments as bound, defaults filled in, decide it; how the call
+    was spelled, or which decomposition made it, does not (a softmax's and a cross entropy's
+    logsumexp of the same logits)."""
+    attrs = sorted((k, v) for k, v in node.attrs.items() if k not in _NOTES)
+    parts: tuple[Any, ...] = (node.op, node.args, node.shape, node.dtype, attrs)
     return repr(parts)
 
 
