@@ -86,3 +86,54 @@ def test_products_that_feed_each_other_stay_apart() -> None:
     # the input's products (x[t] and x[0] twelve times over) are batched; the state's are not
     assert shapes.count((4, 16)) == 12
     assert (12, 4, 16) not in shapes
+
+
+def test_batch_first_steps_are_batched_along_their_dim(tmp_path: Path) -> None:
+    source = (
+        _LOOP.format(pieces="[x[:, t], h]", result="torch.stack(outputs, dim=1)")
+        .replace("range(x.size(0))", "range(x.size(1))")
+        .replace("torch.randn(6, 4, 24)", "torch.randn(4, 6, 24)")
+    )
+    ir = capture_program(load_task(source))
+    shapes = [n.shape for n in ir.nodes if n.op == "linear"]
+    assert shapes.count((4, 16)) == 6
+    assert (4, 6, 16) in shapes  # the input's products: one GEMM over x as it lies
+    assert ir.outputs[0].name in {n.name for n in ir.nodes if n.op == "linear"}
+    task, program = generate_checked(source)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_LSTM_LOOP = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x2h = nn.Linear(24, 64)
+        self.h2h = nn.Linear(16, 64, bias=False)
+
+    def forward(self, x, h, c):
+        for t in range(x.size(1)):
+            i, f, g, o = (self.x2h(x[:, t]) + self.h2h(h)).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return h
+
+
+def get_inputs():
+    return [torch.randn(4, 6, 24), torch.randn(4, 16), torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_lstm_cell_loop_projects_its_inputs_once(tmp_path: Path) -> None:
+    shapes = _gemms(_LSTM_LOOP)
+    assert shapes.count((4, 64)) == 6  # the state's products, one a step
+    assert (4, 6, 64) in shapes  # the input's, one GEMM over x as it lies
+    task, program = generate_checked(_LSTM_LOOP)
+    check_on_cpu(task, program, tmp_path, cooperative=True)

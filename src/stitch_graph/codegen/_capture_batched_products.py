@@ -165,7 +165,7 @@ def _ready_at(ir: ProgramIR, refs: list[object]) -> int:
     tensor's), -1 where only inputs and parameters do."""
     tensors = [r for r in refs if isinstance(r, Ref)]
     rows = _rows_of(ir, tensors) if len(tensors) == len(refs) else None
-    names = {r.name for r in ([rows] if rows is not None else tensors) if r.kind == "node"}
+    names = {r.name for r in ([rows[0]] if rows is not None else tensors) if r.kind == "node"}
     return max((i for i, n in enumerate(ir.nodes) if n.name in names), default=-1)
 
 
@@ -175,7 +175,10 @@ def _batch(ir: ProgramIR, members: list[OpNode], at: int) -> None:
     b = _Builder(ir, Metas(ir), f"{members[0].name}_batched")
     inputs: list[Ref] = [m.args["input"] for m in members]
     rows = _rows_of(ir, inputs)
-    stacked = rows if rows is not None else b("stack", torch.stack, inputs, 0)
+    if rows is None:
+        dim = _stacked_along(ir, members)
+        rows = (b("stack", torch.stack, inputs, dim), dim)
+    stacked, dim = rows
     product = b(
         "linear",
         torch.nn.functional.linear,
@@ -183,7 +186,7 @@ def _batch(ir: ProgramIR, members: list[OpNode], at: int) -> None:
         members[0].args["weight"],
         members[0].args.get("bias"),
     )
-    picks = [b("select", torch.select, product, 0, k) for k in range(len(members))]
+    picks = [b("select", torch.select, product, dim, k) for k in range(len(members))]
     built = ir.nodes[before:]
     del ir.nodes[before:]
     ir.nodes[at:at] = built
@@ -195,32 +198,56 @@ def _batch(ir: ProgramIR, members: list[OpNode], at: int) -> None:
     ir.nodes = [n for n in ir.nodes if n.name not in gone]
 
 
-def _rows_of(ir: ProgramIR, refs: list[Ref]) -> Ref | None:
-    """The tensor whose rows ``refs`` are, in order and all of them (``x[0], x[1], ...``)."""
-    sources = set()
+def _stacked_along(ir: ProgramIR, members: list[OpNode]) -> int:
+    """The dim a stack of the members' results, in order and their one reader, takes them
+    along (then the batched product is that stack, and the stack goes); else 0."""
+    users = ir.users()
+    readers = {r for m in members for r in users[m.name]}
+    if len(readers) != 1 or any(len(users[m.name]) != 1 for m in members):
+        return 0
+    stack = ir.node(readers.pop()) if "output" not in readers else None
+    names = [p.name for p in stack.args.get("tensors") or []] if stack is not None else []
+    if stack is None or stack.op != "stack" or names != [m.name for m in members]:
+        return 0
+    dim = stack.args.get("dim", 0) % len(stack.shape)
+    return dim if dim < len(stack.shape) - 1 else 0
+
+
+def _rows_of(ir: ProgramIR, refs: list[Ref]) -> tuple[Ref, int] | None:
+    """The tensor whose slices along one dim (not its last) ``refs`` are, in order and all of
+    them (``x[0], x[1], ...``; ``x[:, 0], x[:, 1], ...``), and that dim."""
+    sources, dims = set(), set()
     for k, ref in enumerate(refs):
-        if ref.kind != "node":
+        node = ir.node(ref.name) if ref.kind == "node" else None
+        if node is None or node.op != "select" or node.args.get("index") != k:
             return None
-        node = ir.node(ref.name)
-        if node.op != "select" or node.args.get("dim") != 0 or node.args.get("index") != k:
+        source, dim = node.args["input"], node.args.get("dim")
+        if not isinstance(source, Ref) or not isinstance(dim, int):
             return None
-        sources.add(node.args["input"])
-    source = sources.pop() if len(sources) == 1 else None
-    if not isinstance(source, Ref) or ir.shapes[source][0] != len(refs):
+        sources.add(source)
+        dims.add(dim % len(ir.shapes[source]))
+    if len(sources) != 1 or len(dims) != 1:
         return None
-    return source if ir.is_contiguous(source) else None
+    source, dim = sources.pop(), dims.pop()
+    shape = ir.shapes[source]
+    if dim == len(shape) - 1 or shape[dim] != len(refs) or not ir.is_contiguous(source):
+        return None
+    return source, dim
 
 
 def _stacks_of_selects(ir: ProgramIR) -> None:
-    """``stack([y[0], y[1], ...])`` of every row of ``y`` in order is ``y``."""
+    """``stack([y[0], y[1], ...])`` of every row of ``y`` in order is ``y`` (along any dim
+    but the last)."""
     for node in list(ir.nodes):
         parts = node.args.get("tensors")
-        if node.op != "stack" or node.args.get("dim", 0) != 0 or not isinstance(parts, list):
+        if node.op != "stack" or not isinstance(parts, list):
             continue
-        source = _rows_of(ir, parts)
-        if source is None or source.kind != "node" or ir.node(source.name).op != "linear":
+        rows = _rows_of(ir, parts)
+        if rows is None or rows[0].kind != "node" or ir.node(rows[0].name).op != "linear":
+            continue
+        if rows[1] != node.args.get("dim", 0) % len(node.shape):
             continue
         old = Ref("node", node.name)
         for reader in ir.nodes:
-            _rewire(reader, {old: source})
-        ir.outputs = [source if ref == old else ref for ref in ir.outputs]
+            _rewire(reader, {old: rows[0]})
+        ir.outputs = [rows[0] if ref == old else ref for ref in ir.outputs]
