@@ -29,10 +29,10 @@ _LEAST_BATCHED = 4  # products a batch replaces, at least: fewer are not worth a
 def batch_shared_products(ir: ProgramIR) -> None:
     """Split the free operand off products of concatenations, then batch every family of
     products (one weight, one bias, one input shape) whose inputs none of them computes."""
-    changed = _split_free_operands(ir)
-    changed |= _batch_free_products(ir)
-    if changed:
-        _stacks_of_selects(ir)
+    try:
+        if _split_free_operands(ir) | _batch_free_products(ir):
+            _stacks_of_selects(ir)
+    finally:  # nodes a failed build appended are read by nothing
         _eliminate_dead(ir)
 
 
