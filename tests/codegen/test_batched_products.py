@@ -137,3 +137,43 @@ def test_an_lstm_cell_loop_projects_its_inputs_once(tmp_path: Path) -> None:
     assert (4, 6, 64) in shapes  # the input's, one GEMM over x as it lies
     task, program = generate_checked(_LSTM_LOOP)
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_GRU_LOOP = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wr = nn.Linear(24 + 16, 16)
+        self.wz = nn.Linear(24 + 16, 16)
+        self.wn = nn.Linear(24 + 16, 16)
+
+    def forward(self, x, h):
+        for t in range(x.size(0)):
+            xh = torch.cat([x[t], h], dim=1)
+            r = torch.sigmoid(self.wr(xh))
+            z = torch.sigmoid(self.wz(xh))
+            n = torch.tanh(self.wn(torch.cat([x[t], r * h], dim=1)))
+            h = (1 - z) * n + z * h
+        return h
+
+
+def get_inputs():
+    return [torch.randn(6, 4, 24), torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_gates_that_share_a_concatenation_each_split_it(tmp_path: Path) -> None:
+    shapes = _gemms(_GRU_LOOP)
+    assert shapes.count((6, 4, 16)) == 3  # each gate's input part: one GEMM over every step
+    assert shapes.count((4, 16)) == 18  # each gate's state part, each step
+    task, program = generate_checked(_GRU_LOOP)
+    assert not [n for n in capture_program(task).nodes if n.op == "cat"]
+    check_on_cpu(task, program, tmp_path, cooperative=True)

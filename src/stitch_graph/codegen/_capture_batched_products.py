@@ -77,8 +77,10 @@ def _split_free_operands(ir: ProgramIR) -> bool:
 
     def key_of(node: OpNode) -> tuple | None:
         cat = node.args["input"]
-        if not isinstance(cat, Ref) or cat.kind != "node" or users[cat.name] != [node.name]:
+        if not isinstance(cat, Ref) or cat.kind != "node":
             return None
+        if any(u == "output" or ir.node(u).op != "linear" for u in users[cat.name]):
+            return None  # read by products alone (a GRU's gates share one): split, it goes
         source = ir.node(cat.name)
         parts = source.args.get("tensors")
         rank = len(source.shape)
