@@ -79,6 +79,7 @@ def rule_candidate(
     if failed_batch:
         memory["stepwise"] = True
     pending = [i.id for i in plan.items if i.status == "pending"]
+    ir = program_ir(task, exact_order=plan.exact_order)
     batch = not memory.get("stepwise") and len(pending) > 1
     memory["batch"] = batch
     if batch:  # the whole program at once; a failure sends the Coder item by item
@@ -90,11 +91,9 @@ def rule_candidate(
                 ]
             }
         )
-        ir = program_ir(task, exact_order=plan.exact_order)
         candidate = emit_candidate(ir, whole, through=pending[-1], tuning=tuning)
         candidate = candidate.model_copy(update={"item_id": pending[-1], "item_ids": pending})
     else:
-        ir = program_ir(task, exact_order=plan.exact_order)
         candidate = emit_candidate(ir, plan, through=item.id, tuning=tuning)
     memory["tuning"] = tuning.model_dump()
     return candidate, memory

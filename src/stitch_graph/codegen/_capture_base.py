@@ -117,10 +117,15 @@ def _replace_by_built(ir: ProgramIR, node: OpNode, before: int, value: Ref) -> N
     added = ir.nodes[before:]
     del ir.nodes[before:]
     ir.nodes[at : at + 1] = added
-    old = Ref("node", node.name)
+    _read_instead(ir, {Ref("node", node.name): value})
+
+
+def _read_instead(ir: ProgramIR, swap: dict[Ref, Ref]) -> None:
+    """Whatever reads a value that ``swap`` maps (the program's nodes, its outputs) reads the
+    value it maps it to."""
     for reader in ir.nodes:
-        _rewire(reader, {old: value})
-    ir.outputs = [value if ref == old else ref for ref in ir.outputs]
+        _rewire(reader, swap)
+    ir.outputs = [swap.get(ref, ref) for ref in ir.outputs]
 
 
 def _describe(ir: ProgramIR, ref: Ref, shape: tuple[int, ...], dtype: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from stitch_graph.codegen._capture_base import _replace_by_built, _rewire
+from stitch_graph.codegen._capture_base import _read_instead, _replace_by_built
 from stitch_graph.codegen._capture_builder import Metas, _Builder
 from stitch_graph.codegen._capture_passes import _eliminate_dead
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
@@ -192,10 +192,7 @@ def _batch(ir: ProgramIR, members: list[OpNode], at: int) -> None:
     built = ir.nodes[before:]
     del ir.nodes[before:]
     ir.nodes[at:at] = built
-    replaced = {Ref("node", m.name): pick for m, pick in zip(members, picks, strict=True)}
-    for node in ir.nodes:
-        _rewire(node, replaced)
-    ir.outputs = [replaced.get(ref, ref) for ref in ir.outputs]
+    _read_instead(ir, {Ref("node", m.name): pick for m, pick in zip(members, picks, strict=True)})
     gone = {m.name for m in members}
     ir.nodes = [n for n in ir.nodes if n.name not in gone]
 
@@ -249,7 +246,4 @@ def _stacks_of_selects(ir: ProgramIR) -> None:
             continue
         if rows[1] != node.args.get("dim", 0) % len(node.shape):
             continue
-        old = Ref("node", node.name)
-        for reader in ir.nodes:
-            _rewire(reader, {old: rows[0]})
-        ir.outputs = [rows[0] if ref == old else ref for ref in ir.outputs]
+        _read_instead(ir, {Ref("node", node.name): rows[0]})
