@@ -64,3 +64,12 @@ def test_an_index_read_by_several_lookups_joins_the_first(tmp_path: Path) -> Non
     assert len(plan_program(capture_program(load_task(source))).items) == 2
     task, program = generate_checked(source)
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_triangles_cheap_input_is_computed_again_not_stored_beside() -> None:
+    # the triangle reads its input at its own element, as a pointwise op does: its kernel and
+    # the other reader's each compute ``y``, no kernel stores it for the other to read
+    body = "y = torch.sigmoid(x) * 3.0\n        return torch.tril(y), y * 2"
+    plan = plan_program(capture_program(load_task(_PROBLEM.format(body=body))))
+    assert len(plan.items) == 2
+    assert all(any(op.startswith("sigmoid") for op in item.ops) for item in plan.items)

@@ -478,7 +478,10 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                 group_of[node.name] = base
                 continue
             candidates: list[Group] = []
-            # cat/flip/gather read their operands at other positions: those stay in memory
+            # cat/flip/gather read their operands at other positions: those stay in memory;
+            # triu/tril read theirs at their own element, as any pointwise op does (were they
+            # own-position readers, ``joins_storing`` would store a cheap input beside the
+            # triangle where its other readers now compute it again)
             operands = (
                 own_position_operands(ir, node)
                 if node.op in INDEXED - {"triu", "tril"}
