@@ -1,4 +1,5 @@
-"""LSTM, GRU and Elman RNN layers generated as cuBLAS GEMMs plus one gate kernel a time step.
+"""LSTM, GRU and Elman RNN layers generated as cuBLAS GEMMs plus one kernel for every time step
+(W_hh held in registers) or one gate kernel a time step.
 
 Every case runs the generated program on the CPU (kernels under g++, the GEMMs emulated with
 cuBLAS's column-major arguments) against PyTorch's own ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN``:
@@ -19,6 +20,7 @@ from stitch_graph.codegen import (
     emit_candidate,
     plan_program,
 )
+from stitch_graph.codegen._emit_rnn import _persistent_fit
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
@@ -83,17 +85,28 @@ CASES = {  # name: (problem, layers x directions)
 }
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused_step", "sgemm_step"])
+VARIANTS = {  # name: the tuning
+    "persistent": KernelTuning(),
+    "fused_step": KernelTuning(rnn_persistent=False),
+    "sgemm_step": KernelTuning(fuse=False),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("name", list(CASES))
-def test_rnn_matches_pytorch(name: str, fused: bool, tmp_path: Path) -> None:
+def test_rnn_matches_pytorch(name: str, variant: str, tmp_path: Path) -> None:
     source, layers = CASES[name]
-    task, program = generate_checked(source, Tuning(default=KernelTuning(fuse=fused)))
+    task, program = generate_checked(source, Tuning(default=VARIANTS[variant]))
     assert not program.declared_torch_ops, program.notes
-    assert "_step(" in program.host_source
+    host = program.host_source
+    kernel = "_seq" if variant == "persistent" else "_step"
+    assert f"{kernel}(" in host and ("_step(" in host) != (variant == "persistent")
     # fused: the hidden projection is computed in the step kernel, no SGEMM inside the loop
-    assert ("_sgemm(1, 0, " in program.host_source.split("for _")[-1]) != fused
-    kernels = check_on_cpu(task, program, tmp_path, cooperative=fused)
-    assert len([k for k in kernels.launched if k.endswith("_step")]) == 5 * layers  # 5 steps
+    if variant != "persistent":
+        assert ("_sgemm(1, 0, " in host.split("for _")[-1]) != (variant == "fused_step")
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=variant != "sgemm_step")
+    launches = len([k for k in kernels.launched if k.endswith(kernel)])
+    assert launches == (1 if variant == "persistent" else 5) * layers  # 5 steps
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -152,3 +165,25 @@ def test_a_state_left_at_its_default_is_not_an_input(tmp_path: Path) -> None:
     # traced by fx with the default as a constant, not by torch.export through the steps
     assert capture_program(task).method == "fx"
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_the_persistent_kernel_fits_w_hh_in_registers_or_steps_are_launched() -> None:
+    # (lanes a gate row, threads, batch rows a block)
+    assert _persistent_fit(4, 64, 16, 0) == (2, 512, 1)  # 32 weights a thread
+    assert _persistent_fit(4, 64, 300, 0) == (2, 512, 3)
+    assert _persistent_fit(1, 128, 10, 0) == (4, 512, 1)
+    assert _persistent_fit(1, 256, 10, 0) is None  # 64K weights: the whole register file
+    assert _persistent_fit(4, 256, 10, 0) is None  # KernelBench L3's LSTMs: a launch a step
+    assert _persistent_fit(3, 64, 1000, 0) is None  # eight batch rows a block
+
+
+@pytest.mark.parametrize("cls", ["GRU", "LSTM"])
+def test_a_gate_row_split_over_threads_and_two_batch_rows_a_block(cls: str, tmp_path: Path) -> None:
+    source = _problem(cls, bidirectional=True).replace(f"nn.{cls}(4, 6",
+                                                       f"nn.{cls}(4, 40")
+    source = source.replace("3, 6)", "3, 40)")
+    task, program = generate_checked(source, Tuning(default=KernelTuning(rows_per_block=2)))
+    assert "2 batch row(s) a block" in program.kernel_source
+    assert "(20 of a gate row a thread, 2 thread(s) a row)" in program.kernel_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len([k for k in kernels.launched if k.endswith("_seq")]) == 4

@@ -33,9 +33,9 @@ def _q_shared(k: int) -> str:
     return f"qs[(b * G + {k}) * JB + jj]"
 
 
-def _lstm_update(bias: bool, q: Any = _q_global) -> list[str]:
+def _lstm_update(bias: bool, q: Any = _q_global, cell: str = "c[slot + e]") -> list[str]:
     """Gate lines of one LSTM element: ``gr`` is the step's input projection of (b, t), ``q(k)``
-    its hidden projection."""
+    its hidden projection, ``cell`` where its cell state is kept."""
     def gate(k: int) -> str:
         terms = [f"gr[{k} * H + j]", q(k)]
         if bias:
@@ -47,14 +47,14 @@ def _lstm_update(bias: bool, q: Any = _q_global) -> list[str]:
         f"const float fg = {_SIGMOID.format(gate(1))};",
         f"const float gg = tanhf({gate(2)});",
         f"const float og = {_SIGMOID.format(gate(3))};",
-        "const float cn = fg * c[slot + e] + ig * gg;",
-        "c[slot + e] = cn;",
+        f"const float cn = fg * {cell} + ig * gg;",
+        f"{cell} = cn;",
         "const float hv = og * tanhf(cn);",
     ]
 
 
-def _gru_update(bias: bool, q: Any = _q_global) -> list[str]:
-    """Gate lines of one GRU element (``hp[e]`` is the previous hidden state)."""
+def _gru_update(bias: bool, q: Any = _q_global, prev: str = "hp[e]") -> list[str]:
+    """Gate lines of one GRU element (``prev`` is the previous hidden state)."""
     def part(k: int, source: str) -> str:
         own, value = ("bi", f"gr[{k} * H + j]") if source == "gr" else ("bh", q(k))
         return value + (f" + {own}[{k} * H + j]" if bias else "")
@@ -63,7 +63,7 @@ def _gru_update(bias: bool, q: Any = _q_global) -> list[str]:
         f"const float rg = {_SIGMOID.format(part(0, 'gr') + ' + ' + part(0, 'qr'))};",
         f"const float zg = {_SIGMOID.format(part(1, 'gr') + ' + ' + part(1, 'qr'))};",
         f"const float ng = tanhf({part(2, 'gr')} + rg * ({part(2, 'qr')}));",
-        "const float hv = (1.f - zg) * ng + zg * hp[e];",
+        f"const float hv = (1.f - zg) * ng + zg * {prev};",
     ]
 
 
@@ -75,12 +75,14 @@ def _elman_update(bias: bool, relu: bool, q: Any = _q_global) -> list[str]:
     return [f"const float hv = {f'sg_max({total}, 0.f)' if relu else f'tanhf({total})'};"]
 
 
-def _update(op: str, bias: bool, q: Any = _q_global) -> list[str]:
+def _update(
+    op: str, bias: bool, q: Any = _q_global, cell: str = "c[slot + e]", prev: str = "hp[e]"
+) -> list[str]:
     """The gate lines of ``op``'s element update."""
     if op == "lstm":
-        return _lstm_update(bias, q)
+        return _lstm_update(bias, q, cell)
     if op == "gru":
-        return _gru_update(bias, q)
+        return _gru_update(bias, q, prev)
     return _elman_update(bias, op == "rnn_relu", q)
 
 
@@ -95,6 +97,24 @@ def _gates_and_writes(update: list[str], state: str) -> list[str]:
         "    hn[slot + e] = hv;",
         "    y[row * DH + d * H + j] = hv;",
     ]
+
+
+def _persistent_fit(gates: int, hidden: int, batch: int, rows: int) -> tuple[int, int, int] | None:
+    """(lanes a gate row, threads, batch rows a block) of the persistent kernel, or None where
+    W_hh does not fit in one block's registers. Each thread holds ``hidden / lanes`` weights
+    of one gate row; the fewest lanes that keep that at 32 or fewer, else the most that fit."""
+    rb = rows if rows > 0 else max(1, math.ceil(batch / 128))
+    if rb > 4 or 4 * rb * (2 * hidden + 2 * gates * hidden) > 48 * 1024:
+        return None
+    fits = []
+    for lanes in (1, 2, 4, 8, 16, 32):
+        threads = math.ceil(gates * hidden * lanes / 32) * 32
+        held = hidden // lanes + rb + 40  # registers a thread: weights, prefetch, the rest
+        if hidden % lanes == 0 and threads <= 1024 and held <= 255 and threads * held <= 65536:
+            fits.append((lanes, threads))
+    small = [f for f in fits if hidden // f[0] <= 32]
+    lanes, threads = small[0] if small else (fits[-1] if fits else (0, 0))
+    return (lanes, threads, rb) if fits else None
 
 
 def _head(block: int, name: str, params: list[str]) -> str:
@@ -144,6 +164,11 @@ class _RnnEmitter(_EmitterBase):
             "  }",
             "}",
         ]
+        # every step in one kernel where W_hh fits in a block's registers: a block a few batch
+        # rows, its state in shared memory, two barriers a step and no launch
+        fit = _persistent_fit(gates // hidden, hidden, batch, tun.rows_per_block)
+        if tun.fuse and tun.rnn_persistent is not False and fit is not None:
+            return self._persistent_rnn(node, kernel, consts, fit)
         # one kernel a step where the hidden state fits in shared memory: each block multiplies
         # it by its rows of W_hh (a warp a row, every batch row at once), then applies the gates
         fused = tun.fuse and batch <= 32 and batch * hidden <= 8192
@@ -237,11 +262,107 @@ class _RnnEmitter(_EmitterBase):
         self.kernels.append("\n".join(step))
         return self._rnn_host(node, kernel, grid, block, fused=True)
 
+    def _persistent_rnn(
+        self, node: Any, kernel: str, consts: list[str], fit: tuple[int, int, int]
+    ) -> list[str]:
+        """The kernel that runs every time step of one layer and direction, and its host
+        lines. Thread ``r * S + p`` holds every ``S``-th weight of W_hh's gate row ``r``
+        from ``p`` in registers and the row's ``S`` threads sum their products by shuffles;
+        biases are folded
+        into both projections (PyTorch adds the same four terms)."""
+        ir = self.ir
+        lanes, threads, rb = fit
+        lstm = node.op == "lstm"
+        bias = bool(node.args.get("has_biases"))
+        xs = ir.shapes[node.args["input"]]
+        steps, batch = (xs[1], xs[0]) if node.args.get("batch_first") else (xs[0], xs[1])
+        gates_h, hidden = ir.shapes[node.args["params"][1]]
+        update = _update(node.op, False, cell="cs[e]", prev="hs[e]")
+        per = hidden // lanes
+        bias_of = "(r < GH ? {}[r] : 0.f)" if bias else "0.f"
+        seq = [
+            f"// {node.op}, every time step in one kernel: {rb} batch row(s) a block, W_hh in "
+            f"registers ({per} of a gate row a thread, {lanes} thread(s) a row)",
+            _head(threads, f"{kernel}_seq", [
+                "const float* __restrict__ gx", "const float* __restrict__ whh",
+                *(["const float* __restrict__ bi", "const float* __restrict__ bh"] if bias else []),
+                "const float* __restrict__ h0", *(["const float* __restrict__ c0"] if lstm else []),
+                "float* __restrict__ hn", *(["float* __restrict__ c"] if lstm else []),
+                "float* __restrict__ y", "int s", "int d",
+            ]),
+            *(f"  {line}" for line in consts),
+            f"  constexpr int B = {batch}, RB = {rb}, S = {lanes}, HS = {per}, "
+            f"NT = {threads}, STEPS = {steps};",
+            "  __shared__ float hs[RB * H];",
+            *(["  __shared__ float cs[RB * H];"] if lstm else []),
+            "  __shared__ float qs[RB * GH];",
+            "  __shared__ float gs[RB * GH];",
+            "  const int tid = threadIdx.x, r = tid / S, p = tid % S, b0 = blockIdx.x * RB;",
+            "  const long long slot = (long long)s * N + (long long)b0 * H;",
+            "  for (int e = tid; e < RB * H; e += NT) {",
+            "    const bool in = b0 + e / H < B;",
+            "    hs[e] = in ? h0[slot + e] : 0.f;",
+            *(["    cs[e] = in ? c0[slot + e] : 0.f;"] if lstm else []),
+            "  }",
+            "  float w[HS];",
+            "#pragma unroll",
+            "  for (int i = 0; i < HS; ++i)",
+            "    w[i] = r < GH ? whh[(long long)r * H + i * S + p] : 0.f;",
+            f"  const float wi = {bias_of.format('bi')}, wh = {bias_of.format('bh')};",
+            "  __syncthreads();",
+            "  for (int k = 0; k < STEPS; ++k) {",
+            "    const int t = d ? STEPS - 1 - k : k;",
+            "    float gv[RB];  // this step's input projection, loaded while the products run",
+            "#pragma unroll",
+            "    for (int b = 0; b < RB; ++b)",
+            "      gv[b] = (p == 0 && r < GH && b0 + b < B)"
+            " ? gx[((b0 + b) * SB + t * ST) * GH + r] : 0.f;",
+            "#pragma unroll",
+            "    for (int b = 0; b < RB; ++b) {",
+            "      const float* hb = hs + b * H + p;  // a row's S threads read S banks",
+            "      float a0 = 0.f, a1 = 0.f;",
+            "#pragma unroll",
+            "      for (int i = 0; i + 1 < HS; i += 2) {",
+            "        a0 += w[i] * hb[i * S];",
+            "        a1 += w[i + 1] * hb[(i + 1) * S];",
+            "      }",
+            "      if (HS % 2) a0 += w[HS - 1] * hb[(HS - 1) * S];",
+            "      float v = a0 + a1;",
+            "#pragma unroll",
+            "      for (int o = S / 2; o > 0; o >>= 1) v += __shfl_xor_sync(SG_FULL, v, o);",
+            "      if (p == 0 && r < GH) { qs[b * GH + r] = v + wh; gs[b * GH + r] = gv[b] + wi; }",
+            "    }",
+            "    __syncthreads();",
+            "    for (int e = tid; e < RB * H; e += NT) {",
+            "      const int b = e / H, j = e % H;",
+            "      if (b0 + b >= B) continue;",
+            "      const long long row = (b0 + b) * SB + t * ST;",
+            "      const float* gr = gs + b * GH;",
+            "      const float* qr = qs + b * GH;",
+            *(f"      {line}" for line in update),
+            "      hs[e] = hv;",
+            "      y[row * DH + d * H + j] = hv;",
+            "    }",
+            "    __syncthreads();",
+            "  }",
+            "  for (int e = tid; e < RB * H; e += NT) {",
+            "    if (b0 + e / H >= B) continue;",
+            "    hn[slot + e] = hs[e];",
+            *(["    c[slot + e] = cs[e];"] if lstm else []),
+            "  }",
+            "}",
+        ]
+        self.kernels.append("\n".join(seq))
+        return self._rnn_host(node, kernel, math.ceil(batch / rb), threads, fused=False,
+                              persistent=True)
+
     def _rnn_host(
-        self, node: Any, kernel: str, grid: int, block: int, *, fused: bool
+        self, node: Any, kernel: str, grid: int, block: int, *, fused: bool,
+        persistent: bool = False,
     ) -> list[str]:
         """Host lines: state buffers, then per layer and direction the input projection and
-        the step loop (an SGEMM and the gate kernel a step, or the fused kernel alone)."""
+        the step loop (an SGEMM and the gate kernel a step, or the fused kernel alone), or the
+        ``persistent`` kernel's one launch."""
         ir = self.ir
         name = node.name
         lstm = node.op == "lstm"
@@ -264,12 +385,13 @@ class _RnnEmitter(_EmitterBase):
             state.append(f"{name}_c = torch.empty({[layers * dirs, batch, hidden]}, {dev})")
         lines = [
             f"# {node.op}: {layers} layer(s) x {dirs} direction(s), {steps} steps of {batch}, "
-            f"hidden {hidden}; cuBLAS for the projections, {kernel}_step for the gates",
+            f"hidden {hidden}; cuBLAS for the projections, "
+            + (f"{kernel}_seq for every step" if persistent else f"{kernel}_step for the gates"),
             *state,
-            f"{name}_hp = torch.empty({[batch, hidden]}, {dev})",
+            *([] if persistent else [f"{name}_hp = torch.empty({[batch, hidden]}, {dev})"]),
             *([f"{name}_hb = ({name}_hp, torch.empty({[batch, hidden]}, {dev}))"] if fused else []),
             f"{name}_g = torch.empty({[rows, gates]}, {dev})",
-            *([] if fused else [f"{name}_q = torch.empty({[batch, gates]}, {dev})"]),
+            *([] if fused or persistent else [f"{name}_q = torch.empty({[batch, gates]}, {dev})"]),
         ]
         c_arg = f"{name}_c, " if lstm else ""
         source = _py(x)
@@ -282,12 +404,23 @@ class _RnnEmitter(_EmitterBase):
                 w_ih, w_hh, *b = (_py(r) for r in params[slot * per : (slot + 1) * per])
                 biases = f"{b[0]}, {b[1]}, " if bias else ""
                 order = f"range({steps - 1}, -1, -1)" if d else f"range({steps})"
+                projection = (
+                    f"_sgemm(1, 0, {gates}, {rows}, {width}, {w_ih}, {width}, 0, {source}, "
+                    f"{width}, 0, {name}_g, {gates}, {rows * gates}, 1)"
+                )
+                if persistent:
+                    lines += [
+                        projection,
+                        f"KERNELS.{kernel}_seq({grid}, {block}, {name}_g, {w_hh}, {biases}"
+                        f"{_py(h0)}, " + (f"{_py(c0)}, " if lstm else "")
+                        + f"{name}_h, {c_arg}{out}, {slot}, {d})",
+                    ]
+                    continue
                 lines += [
                     f"KERNELS.{kernel}_init({init_grid}, {block}, {_py(h0)}, "
                     + (f"{_py(c0)}, " if lstm else "")
                     + f"{name}_hp, {name}_h, {c_arg}{slot})",
-                    f"_sgemm(1, 0, {gates}, {rows}, {width}, {w_ih}, {width}, 0, {source}, "
-                    f"{width}, 0, {name}_g, {gates}, {rows * gates}, 1)",
+                    projection,
                 ]
                 if fused:  # the state alternates between two buffers, step by step
                     lines += [

@@ -141,14 +141,29 @@ class ProgramIR:
     # tolerance by rounding alone is captured again without them (``exact_order``)
     reordered: list[str] = field(default_factory=list)
     exact_order: bool = False  # captured without them
+    # name -> position in ``nodes``, checked on every use and rebuilt when passes have moved
+    # nodes: a scan per look-up made capture quadratic (minutes on a 700-node unrolled loop)
+    _position: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def node(self, name: str) -> OpNode:
         """The node called ``name``."""
-        for n in self.nodes:
-            if n.name == name:
-                return n
+        nodes = self.nodes
+        at = self._position.get(name, -1)
+        if 0 <= at < len(nodes) and nodes[at].name == name:
+            return nodes[at]
+        self._position.clear()
+        for i, n in enumerate(nodes):
+            self._position.setdefault(n.name, i)
+        at = self._position.get(name, -1)
+        if at >= 0:
+            return nodes[at]
         msg = f"no node named {name!r} in the program"
         raise KeyError(msg)
+
+    def position(self, name: str) -> int:
+        """Where the node called ``name`` stands in program order."""
+        self.node(name)
+        return self._position[name]
 
     def users(self) -> dict[str, list[str]]:
         """Node name -> names of the nodes that read it (outputs count as the user ``output``)."""

@@ -387,9 +387,29 @@ def _siblings_fit(ir: ProgramIR, base: Group, other: Group) -> bool:
     if any(ir.node(m).shape != anchors[0].shape for m in other.epilogue):
         return False
     return not (
-        _read_inside(ir, base.members) & set(other.members)
-        or _read_inside(ir, other.members) & set(base.members)
+        _reads_any(ir, base.members, set(other.members))
+        or _reads_any(ir, other.members, set(base.members))
     )
+
+
+def _reads_any(ir: ProgramIR, start: list[str], targets: set[str]) -> bool:
+    """Whether ``start`` reads any of ``targets``, directly or through others. Nodes come in
+    program order, so the walk stops at nodes older than every target."""
+    if not targets:
+        return False
+    oldest = min(ir.position(t) for t in targets)
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        for ref in ir.node(todo.pop()).tensor_refs():
+            if ref.kind != "node" or ref.name in seen:
+                continue
+            if ref.name in targets:
+                return True
+            seen.add(ref.name)
+            if ir.position(ref.name) > oldest:
+                todo.append(ref.name)
+    return False
 
 
 def _concatenated_siblings(

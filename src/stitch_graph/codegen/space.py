@@ -107,7 +107,9 @@ SPACES: dict[str, list[dict[str, Any]]] = {
     ],
     "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
     "rnn": [
-        *({"block_size": b} for b in _BLOCKS),
+        {"rows_per_block": 2},  # the persistent kernel's batch rows a block
+        {"rnn_persistent": False},
+        *({"rnn_persistent": False, "block_size": b} for b in _BLOCKS),
         {"fuse": False},
         # last, against the best generated steps: cuDNN's RNN, declared, taken only when faster
         # (once taken, settings that generate the layer again no longer compare)

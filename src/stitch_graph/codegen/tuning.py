@@ -52,6 +52,12 @@ class KernelTuning(BaseModel):
         description="True: a recurrent layer runs as PyTorch's own (cuDNN) RNN, declared as left "
         "to PyTorch; the tuner takes it only when it is faster than the generated steps.",
     )
+    rnn_persistent: bool | None = Field(
+        default=None,
+        description="Recurrent layers: True one kernel runs every time step, each block a few "
+        "batch rows with W_hh held in registers; False one launch a step; None: persistent "
+        "where the weights fit in a block's registers.",
+    )
     gemm_algo: int = Field(
         default=0,
         description="GEMM library call: 0 cublasSgemm (as eager runs it); N > 0 cuBLASLt's N-th "
