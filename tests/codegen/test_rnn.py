@@ -168,22 +168,25 @@ def test_a_state_left_at_its_default_is_not_an_input(tmp_path: Path) -> None:
 
 
 def test_the_persistent_kernel_fits_w_hh_in_registers_or_steps_are_launched() -> None:
-    # (lanes a gate row, threads, batch rows a block)
-    assert _persistent_fit(4, 64, 16, 0) == (2, 512, 1)  # 32 weights a thread
-    assert _persistent_fit(4, 64, 300, 0) == (2, 512, 3)
+    # (lanes a hidden unit, threads, batch rows a block)
+    assert _persistent_fit(4, 64, 16, 0) == (8, 512, 1)  # 4 x 8 weights a thread
+    assert _persistent_fit(4, 64, 300, 0) == (8, 512, 3)
     assert _persistent_fit(1, 128, 10, 0) == (4, 512, 1)
     assert _persistent_fit(1, 256, 10, 0) is None  # 64K weights: the whole register file
     assert _persistent_fit(4, 256, 10, 0) is None  # KernelBench L3's LSTMs: a launch a step
     assert _persistent_fit(3, 64, 1000, 0) is None  # eight batch rows a block
 
 
-@pytest.mark.parametrize("cls", ["GRU", "LSTM"])
-def test_a_gate_row_split_over_threads_and_two_batch_rows_a_block(cls: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("cls", "split"), [("GRU", "3 x 10 weights a thread, 4"),
+                                           ("LSTM", "4 x 5 weights a thread, 8")])
+def test_a_hidden_unit_split_over_threads_and_two_batch_rows_a_block(
+    cls: str, split: str, tmp_path: Path
+) -> None:
     source = _problem(cls, bidirectional=True).replace(f"nn.{cls}(4, 6",
                                                        f"nn.{cls}(4, 40")
     source = source.replace("3, 6)", "3, 40)")
     task, program = generate_checked(source, Tuning(default=KernelTuning(rows_per_block=2)))
     assert "2 batch row(s) a block" in program.kernel_source
-    assert "(20 of a gate row a thread, 2 thread(s) a row)" in program.kernel_source
+    assert f"({split} thread(s) a hidden unit)" in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len([k for k in kernels.launched if k.endswith("_seq")]) == 4

@@ -33,11 +33,18 @@ def _q_shared(k: int) -> str:
     return f"qs[(b * G + {k}) * JB + jj]"
 
 
-def _lstm_update(bias: bool, q: Any = _q_global, cell: str = "c[slot + e]") -> list[str]:
-    """Gate lines of one LSTM element: ``gr`` is the step's input projection of (b, t), ``q(k)``
-    its hidden projection, ``cell`` where its cell state is kept."""
+def _g_global(k: int) -> str:
+    """The input projection of gate ``k`` from the step's row of the projection buffer."""
+    return f"gr[{k} * H + j]"
+
+
+def _lstm_update(
+    bias: bool, q: Any = _q_global, cell: str = "c[slot + e]", g: Any = _g_global
+) -> list[str]:
+    """Gate lines of one LSTM element: ``g(k)`` is the step's input projection of (b, t),
+    ``q(k)`` its hidden projection, ``cell`` where its cell state is kept."""
     def gate(k: int) -> str:
-        terms = [f"gr[{k} * H + j]", q(k)]
+        terms = [g(k), q(k)]
         if bias:
             terms += [f"bi[{k} * H + j]", f"bh[{k} * H + j]"]
         return " + ".join(terms)
@@ -53,10 +60,12 @@ def _lstm_update(bias: bool, q: Any = _q_global, cell: str = "c[slot + e]") -> l
     ]
 
 
-def _gru_update(bias: bool, q: Any = _q_global, prev: str = "hp[e]") -> list[str]:
+def _gru_update(
+    bias: bool, q: Any = _q_global, prev: str = "hp[e]", g: Any = _g_global
+) -> list[str]:
     """Gate lines of one GRU element (``prev`` is the previous hidden state)."""
     def part(k: int, source: str) -> str:
-        own, value = ("bi", f"gr[{k} * H + j]") if source == "gr" else ("bh", q(k))
+        own, value = ("bi", g(k)) if source == "gr" else ("bh", q(k))
         return value + (f" + {own}[{k} * H + j]" if bias else "")
 
     return [
@@ -67,23 +76,25 @@ def _gru_update(bias: bool, q: Any = _q_global, prev: str = "hp[e]") -> list[str
     ]
 
 
-def _elman_update(bias: bool, relu: bool, q: Any = _q_global) -> list[str]:
+def _elman_update(bias: bool, relu: bool, q: Any = _q_global, g: Any = None) -> list[str]:
     """The update of one element of ``nn.RNN``: ``tanh`` (or ``relu``) of both projections and
     both biases, summed in PyTorch's order."""
-    terms = ["gr[j]", *(["bi[j]"] if bias else []), q(0), *(["bh[j]"] if bias else [])]
+    first = g(0) if g else "gr[j]"
+    terms = [first, *(["bi[j]"] if bias else []), q(0), *(["bh[j]"] if bias else [])]
     total = " + ".join(terms)
     return [f"const float hv = {f'sg_max({total}, 0.f)' if relu else f'tanhf({total})'};"]
 
 
 def _update(
-    op: str, bias: bool, q: Any = _q_global, cell: str = "c[slot + e]", prev: str = "hp[e]"
+    op: str, bias: bool, q: Any = _q_global, cell: str = "c[slot + e]", prev: str = "hp[e]",
+    g: Any = None,
 ) -> list[str]:
     """The gate lines of ``op``'s element update."""
     if op == "lstm":
-        return _lstm_update(bias, q, cell)
+        return _lstm_update(bias, q, cell, g or _g_global)
     if op == "gru":
-        return _gru_update(bias, q, prev)
-    return _elman_update(bias, op == "rnn_relu", q)
+        return _gru_update(bias, q, prev, g or _g_global)
+    return _elman_update(bias, op == "rnn_relu", q, g)
 
 
 def _gates_and_writes(update: list[str], state: str) -> list[str]:
@@ -100,20 +111,22 @@ def _gates_and_writes(update: list[str], state: str) -> list[str]:
 
 
 def _persistent_fit(gates: int, hidden: int, batch: int, rows: int) -> tuple[int, int, int] | None:
-    """(lanes a gate row, threads, batch rows a block) of the persistent kernel, or None where
-    W_hh does not fit in one block's registers. Each thread holds ``hidden / lanes`` weights
-    of one gate row; the fewest lanes that keep that at 32 or fewer, else the most that fit."""
+    """(lanes a hidden unit, threads, batch rows a block) of the persistent kernel, or None
+    where W_hh does not fit in one block's registers. Each thread holds ``hidden / lanes``
+    weights of each of the unit's ``gates`` rows: the fewest lanes that keep that at 32 or
+    fewer, else the most that fit."""
     rb = rows if rows > 0 else max(1, math.ceil(batch / 128))
-    if rb > 4 or 4 * rb * (2 * hidden + 2 * gates * hidden) > 48 * 1024:
+    if rb > 4 or 4 * rb * 2 * hidden > 48 * 1024:
         return None
     fits = []
     for lanes in (1, 2, 4, 8, 16, 32):
-        threads = math.ceil(gates * hidden * lanes / 32) * 32
-        held = hidden // lanes + rb + 40  # registers a thread: weights, prefetch, the rest
+        threads = math.ceil(hidden * lanes / 32) * 32
+        weights = gates * (hidden // lanes)
+        held = weights + gates * (2 * rb + 3) + 40  # registers: weights, prefetch, the rest
         if hidden % lanes == 0 and threads <= 1024 and held <= 255 and threads * held <= 65536:
-            fits.append((lanes, threads))
-    small = [f for f in fits if hidden // f[0] <= 32]
-    lanes, threads = small[0] if small else (fits[-1] if fits else (0, 0))
+            fits.append((lanes, threads, weights))
+    small = [f for f in fits if f[2] <= 32]
+    lanes, threads, _ = small[0] if small else (fits[-1] if fits else (0, 0, 0))
     return (lanes, threads, rb) if fits else None
 
 
@@ -266,10 +279,11 @@ class _RnnEmitter(_EmitterBase):
         self, node: Any, kernel: str, consts: list[str], fit: tuple[int, int, int]
     ) -> list[str]:
         """The kernel that runs every time step of one layer and direction, and its host
-        lines. Thread ``r * S + p`` holds every ``S``-th weight of W_hh's gate row ``r``
-        from ``p`` in registers and the row's ``S`` threads sum their products by shuffles;
-        biases are folded
-        into both projections (PyTorch adds the same four terms)."""
+        lines. Hidden unit ``j`` has ``S`` threads; thread ``j * S + p`` holds every ``S``-th
+        weight from ``p`` of the unit's gate rows in registers, the ``S`` threads sum their
+        products by shuffles and the first applies the gates, so a step needs one barrier
+        (the state alternates between two buffers). Biases are folded into both
+        projections (PyTorch adds the same four terms)."""
         ir = self.ir
         lanes, threads, rb = fit
         lstm = node.op == "lstm"
@@ -277,12 +291,14 @@ class _RnnEmitter(_EmitterBase):
         xs = ir.shapes[node.args["input"]]
         steps, batch = (xs[1], xs[0]) if node.args.get("batch_first") else (xs[0], xs[1])
         gates_h, hidden = ir.shapes[node.args["params"][1]]
-        update = _update(node.op, False, cell="cs[e]", prev="hs[e]")
-        per = hidden // lanes
-        bias_of = "(r < GH ? {}[r] : 0.f)" if bias else "0.f"
+        gates = gates_h // hidden
+        update = _update(node.op, False, q=lambda k: f"q[{k}]", cell="cl[b]",
+                         prev="hc[b * H + j]", g=lambda k: f"gv[b][{k}]")
+        bias_of = "(j < H ? {}[k * H + j] : 0.f)" if bias else "0.f"
         seq = [
             f"// {node.op}, every time step in one kernel: {rb} batch row(s) a block, W_hh in "
-            f"registers ({per} of a gate row a thread, {lanes} thread(s) a row)",
+            f"registers ({gates} x {hidden // lanes} weights a thread, {lanes} thread(s) a "
+            "hidden unit)",
             _head(threads, f"{kernel}_seq", [
                 "const float* __restrict__ gx", "const float* __restrict__ whh",
                 *(["const float* __restrict__ bi", "const float* __restrict__ bh"] if bias else []),
@@ -291,65 +307,76 @@ class _RnnEmitter(_EmitterBase):
                 "float* __restrict__ y", "int s", "int d",
             ]),
             *(f"  {line}" for line in consts),
-            f"  constexpr int B = {batch}, RB = {rb}, S = {lanes}, HS = {per}, "
-            f"NT = {threads}, STEPS = {steps};",
-            "  __shared__ float hs[RB * H];",
-            *(["  __shared__ float cs[RB * H];"] if lstm else []),
-            "  __shared__ float qs[RB * GH];",
-            "  __shared__ float gs[RB * GH];",
-            "  const int tid = threadIdx.x, r = tid / S, p = tid % S, b0 = blockIdx.x * RB;",
+            f"  constexpr int B = {batch}, RB = {rb}, S = {lanes}, HS = {hidden // lanes}, "
+            f"G = {gates}, STEPS = {steps};",
+            "  __shared__ float hbuf[2][RB * H];",
+            "  const int tid = threadIdx.x, j = tid / S, p = tid % S, b0 = blockIdx.x * RB;",
+            "  const bool lead = p == 0 && j < H;",
             "  const long long slot = (long long)s * N + (long long)b0 * H;",
-            "  for (int e = tid; e < RB * H; e += NT) {",
-            "    const bool in = b0 + e / H < B;",
-            "    hs[e] = in ? h0[slot + e] : 0.f;",
-            *(["    cs[e] = in ? c0[slot + e] : 0.f;"] if lstm else []),
-            "  }",
-            "  float w[HS];",
+            f"  for (int e = tid; e < RB * H; e += {threads})",
+            "    hbuf[0][e] = b0 + e / H < B ? h0[slot + e] : 0.f;",
+            "  float cl[RB];",
             "#pragma unroll",
-            "  for (int i = 0; i < HS; ++i)",
-            "    w[i] = r < GH ? whh[(long long)r * H + i * S + p] : 0.f;",
-            f"  const float wi = {bias_of.format('bi')}, wh = {bias_of.format('bh')};",
+            "  for (int b = 0; b < RB; ++b)",
+            "    cl[b] = " + ("lead && b0 + b < B ? c0[slot + b * H + j] : 0.f;" if lstm else "0.f;"),
+            "  float w[G][HS], wi[G], wh[G];",
+            "#pragma unroll",
+            "  for (int k = 0; k < G; ++k) {",
+            f"    wi[k] = {bias_of.format('bi')};",
+            f"    wh[k] = {bias_of.format('bh')};",
+            "#pragma unroll",
+            "    for (int i = 0; i < HS; ++i)",
+            "      w[k][i] = j < H ? whh[(long long)(k * H + j) * H + i * S + p] : 0.f;",
+            "  }",
+            "  // a step's input projection is loaded a step ahead, while the products run",
+            "  float gv[RB][G], gn[RB][G];",
+            "#pragma unroll",
+            "  for (int b = 0; b < RB; ++b)",
+            "#pragma unroll",
+            "    for (int k = 0; k < G; ++k)",
+            "      gn[b][k] = lead && b0 + b < B"
+            " ? gx[((b0 + b) * SB + (d ? STEPS - 1 : 0) * ST) * GH + k * H + j] : 0.f;",
             "  __syncthreads();",
-            "  for (int k = 0; k < STEPS; ++k) {",
-            "    const int t = d ? STEPS - 1 - k : k;",
-            "    float gv[RB];  // this step's input projection, loaded while the products run",
+            "  for (int n = 0; n < STEPS; ++n) {",
+            "    const int t = d ? STEPS - 1 - n : n, tn = d ? t - 1 : t + 1;",
+            "    const float* hc = hbuf[n & 1];",
+            "    float* hx = hbuf[(n + 1) & 1];",
             "#pragma unroll",
             "    for (int b = 0; b < RB; ++b)",
-            "      gv[b] = (p == 0 && r < GH && b0 + b < B)"
-            " ? gx[((b0 + b) * SB + t * ST) * GH + r] : 0.f;",
+            "#pragma unroll",
+            "      for (int k = 0; k < G; ++k) {",
+            "        gv[b][k] = gn[b][k] + wi[k];",
+            "        gn[b][k] = lead && b0 + b < B && n + 1 < STEPS"
+            " ? gx[((b0 + b) * SB + tn * ST) * GH + k * H + j] : 0.f;",
+            "      }",
             "#pragma unroll",
             "    for (int b = 0; b < RB; ++b) {",
-            "      const float* hb = hs + b * H + p;  // a row's S threads read S banks",
-            "      float a0 = 0.f, a1 = 0.f;",
+            "      const float* hb = hc + b * H + p;  // a unit's S threads read S banks",
+            "      float q[G];",
             "#pragma unroll",
-            "      for (int i = 0; i + 1 < HS; i += 2) {",
-            "        a0 += w[i] * hb[i * S];",
-            "        a1 += w[i + 1] * hb[(i + 1) * S];",
+            "      for (int k = 0; k < G; ++k) {",
+            "        float a = 0.f;",
+            "#pragma unroll",
+            "        for (int i = 0; i < HS; ++i) a += w[k][i] * hb[i * S];",
+            "#pragma unroll",
+            "        for (int o = S / 2; o > 0; o >>= 1) a += __shfl_xor_sync(SG_FULL, a, o);",
+            "        q[k] = a + wh[k];",
             "      }",
-            "      if (HS % 2) a0 += w[HS - 1] * hb[(HS - 1) * S];",
-            "      float v = a0 + a1;",
-            "#pragma unroll",
-            "      for (int o = S / 2; o > 0; o >>= 1) v += __shfl_xor_sync(SG_FULL, v, o);",
-            "      if (p == 0 && r < GH) { qs[b * GH + r] = v + wh; gs[b * GH + r] = gv[b] + wi; }",
-            "    }",
-            "    __syncthreads();",
-            "    for (int e = tid; e < RB * H; e += NT) {",
-            "      const int b = e / H, j = e % H;",
-            "      if (b0 + b >= B) continue;",
-            "      const long long row = (b0 + b) * SB + t * ST;",
-            "      const float* gr = gs + b * GH;",
-            "      const float* qr = qs + b * GH;",
-            *(f"      {line}" for line in update),
-            "      hs[e] = hv;",
-            "      y[row * DH + d * H + j] = hv;",
+            "      if (lead && b0 + b < B) {",
+            "        const long long row = (b0 + b) * SB + t * ST;",
+            *(f"        {line}" for line in update),
+            "        hx[b * H + j] = hv;",
+            "        y[row * DH + d * H + j] = hv;",
+            "      }",
             "    }",
             "    __syncthreads();",
             "  }",
-            "  for (int e = tid; e < RB * H; e += NT) {",
-            "    if (b0 + e / H >= B) continue;",
-            "    hn[slot + e] = hs[e];",
-            *(["    c[slot + e] = cs[e];"] if lstm else []),
-            "  }",
+            "  const float* hl = hbuf[STEPS & 1];",
+            f"  for (int e = tid; e < RB * H; e += {threads})",
+            "    if (b0 + e / H < B) hn[slot + e] = hl[e];",
+            *(["#pragma unroll",
+               "  for (int b = 0; b < RB; ++b)",
+               "    if (lead && b0 + b < B) c[slot + b * H + j] = cl[b];"] if lstm else []),
             "}",
         ]
         self.kernels.append("\n".join(seq))
