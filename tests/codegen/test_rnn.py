@@ -190,3 +190,22 @@ def test_a_hidden_unit_split_over_threads_and_two_batch_rows_a_block(
     assert f"({split} thread(s) a hidden unit)" in program.kernel_source
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert len([k for k in kernels.launched if k.endswith("_seq")]) == 4
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+def test_an_lstm_with_projections_reaches_cudnn_with_its_weights_in_one_buffer(
+    tmp_path: Path,
+) -> None:
+    """``proj_size`` is left to PyTorch; its weights (``weight_hr`` last in each layer) are
+    still laid out once for cuDNN, which would otherwise compact them on every call."""
+    source = _problem("LSTM").replace("dropout=0.0)", "dropout=0.0, proj_size=3)")
+    source = source.replace("torch.randn(2, 3, 6), torch.randn(2, 3, 6)",
+                            "torch.randn(2, 3, 3), torch.randn(2, 3, 6)")
+    task = load_task(source)
+    ir = capture_program(task)
+    program = emit_candidate(ir, plan_program(ir))
+    assert "lstm" in program.declared_torch_ops
+    assert "_get(self, 'rnn.weight_hr_l1')], 2, 4, 6, 2, True, False, True, 3)" in (
+        program.host_source
+    )
+    check_on_cpu(task, program, tmp_path)

@@ -196,15 +196,20 @@ def _rnn_line(ir: ProgramIR, node: OpNode) -> str:
     (``KERNELS.rnn_weights``)."""
     params = node.args["params"]
     has_biases = bool(node.args.get("has_biases"))
-    per_layer = (4 if has_biases else 2) * (2 if node.args.get("bidirectional") else 1)
+    per = 4 if has_biases else 2
+    dirs = 2 if node.args.get("bidirectional") else 1
+    layers = int(node.args["num_layers"])
     gates_h, input_size = ir.shapes[params[0]]
     hidden = ir.shapes[params[1]][1]
-    if len(params) != per_layer * int(node.args["num_layers"]) or gates_h % hidden:
-        return _torch_line(node)  # projections or another layout: PyTorch's own handling
+    proj = 0
+    if node.op == "lstm" and len(params) == (per + 1) * dirs * layers:
+        proj, hidden = ir.shapes[params[per]]  # weight_hr: (proj_size, hidden)
+    elif len(params) != per * dirs * layers or gates_h % hidden:
+        return _torch_line(node)  # another layout: PyTorch's own handling
     flat = (
         f"KERNELS.rnn_weights({_render(list(params))}, {_RNN_MODES[node.op]}, {input_size}, "
-        f"{hidden}, {int(node.args['num_layers'])}, {bool(node.args.get('batch_first'))}, "
-        f"{bool(node.args.get('bidirectional'))}, {has_biases})"
+        f"{hidden}, {layers}, {bool(node.args.get('batch_first'))}, "
+        f"{bool(node.args.get('bidirectional'))}, {has_biases}" + (f", {proj})" if proj else ")")
     )
     args = [_render(a) for a in node.call_args]
     args[2] = flat

@@ -431,9 +431,11 @@ class KernelLibrary:
         batch_first: bool,
         bidirectional: bool,
         biases: bool,
+        proj: int = 0,
     ) -> list[Any]:
         """``weights`` of a recurrent layer that cuDNN runs, as views into one buffer in its
-        layout, laid out once (``nn.LSTM`` keeps its own weights so).
+        layout, laid out once (``nn.LSTM`` keeps its own weights so); ``proj``: an LSTM's
+        ``proj_size``, each layer then has ``weight_hr`` last.
 
         cuDNN's RNN reads one weight buffer: given separate tensors, PyTorch compacts them
         into a new one on every call (KernelBench L3 35_LSTM: 0.90x eager for that copy). The
@@ -451,11 +453,11 @@ class KernelLibrary:
             with torch.no_grad():
                 torch._cudnn_rnn_flatten_weight(
                     weights,
-                    4 if biases else 2,
+                    (4 if biases else 2) + (1 if proj else 0),
                     input_size,
                     mode,
                     hidden,
-                    0,
+                    proj,
                     layers,
                     batch_first,
                     bidirectional,
