@@ -177,14 +177,17 @@ def test_the_persistent_kernel_fits_w_hh_in_registers_or_steps_are_launched() ->
     assert _persistent_fit(3, 64, 1000, 0) is None  # eight batch rows a block
 
 
-@pytest.mark.parametrize(("cls", "split"), [("GRU", "3 x 10 weights a thread, 4"),
-                                           ("LSTM", "4 x 5 weights a thread, 8")])
+@pytest.mark.parametrize(("cls", "hidden", "split"), [
+    ("GRU", 40, "3 x 10 weights a thread, 4"),
+    ("LSTM", 40, "4 x 5 weights a thread, 8"),
+    ("LSTM", 33, "4 x 5 weights a thread, 8"),  # 8 x 5 lanes: rows padded from 33 to 40
+])
 def test_a_hidden_unit_split_over_threads_and_two_batch_rows_a_block(
-    cls: str, split: str, tmp_path: Path
+    cls: str, hidden: int, split: str, tmp_path: Path
 ) -> None:
     source = _problem(cls, bidirectional=True).replace(f"nn.{cls}(4, 6",
-                                                       f"nn.{cls}(4, 40")
-    source = source.replace("3, 6)", "3, 40)")
+                                                       f"nn.{cls}(4, {hidden}")
+    source = source.replace("3, 6)", f"3, {hidden})")
     task, program = generate_checked(source, Tuning(default=KernelTuning(rows_per_block=2)))
     assert "2 batch row(s) a block" in program.kernel_source
     assert f"({split} thread(s) a hidden unit)" in program.kernel_source

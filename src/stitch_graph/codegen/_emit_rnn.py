@@ -116,14 +116,14 @@ def _persistent_fit(gates: int, hidden: int, batch: int, rows: int) -> tuple[int
     weights of each of the unit's ``gates`` rows: the fewest lanes that keep that at 32 or
     fewer, else the most that fit."""
     rb = rows if rows > 0 else max(1, math.ceil(batch / 128))
-    if rb > 4 or 4 * rb * 2 * hidden > 48 * 1024:
+    if rb > 4 or 4 * rb * 2 * (hidden + 32) > 48 * 1024:
         return None
     fits = []
     for lanes in (1, 2, 4, 8, 16, 32):
         threads = math.ceil(hidden * lanes / 32) * 32
-        weights = gates * (hidden // lanes)
-        held = weights + gates * (2 * rb + 3) + 40  # registers: weights, prefetch, the rest
-        if hidden % lanes == 0 and threads <= 1024 and held <= 255 and threads * held <= 65536:
+        weights = gates * math.ceil(hidden / lanes)
+        held = weights + gates * (2 * rb + 3) + 24  # registers: weights, prefetch, the rest
+        if threads <= 1024 and held <= 255 and threads * held <= 65536:
             fits.append((lanes, threads, weights))
     small = [f for f in fits if f[2] <= 32]
     lanes, threads, _ = small[0] if small else (fits[-1] if fits else (0, 0, 0))
@@ -293,11 +293,12 @@ class _RnnEmitter(_EmitterBase):
         gates_h, hidden = ir.shapes[node.args["params"][1]]
         gates = gates_h // hidden
         update = _update(node.op, False, q=lambda k: f"q[{k}]", cell="cl[b]",
-                         prev="hc[b * H + j]", g=lambda k: f"gv[b][{k}]")
+                         prev="hc[b * HP + j]", g=lambda k: f"gv[b][{k}]")
+        per = math.ceil(hidden / lanes)
         bias_of = "(j < H ? {}[k * H + j] : 0.f)" if bias else "0.f"
         seq = [
             f"// {node.op}, every time step in one kernel: {rb} batch row(s) a block, W_hh in "
-            f"registers ({gates} x {hidden // lanes} weights a thread, {lanes} thread(s) a "
+            f"registers ({gates} x {per} weights a thread, {lanes} thread(s) a "
             "hidden unit)",
             _head(threads, f"{kernel}_seq", [
                 "const float* __restrict__ gx", "const float* __restrict__ whh",
@@ -307,14 +308,16 @@ class _RnnEmitter(_EmitterBase):
                 "float* __restrict__ y", "int s", "int d",
             ]),
             *(f"  {line}" for line in consts),
-            f"  constexpr int B = {batch}, RB = {rb}, S = {lanes}, HS = {hidden // lanes}, "
+            f"  constexpr int B = {batch}, RB = {rb}, S = {lanes}, HS = {per}, HP = {per * lanes}, "
             f"G = {gates}, STEPS = {steps};",
-            "  __shared__ float hbuf[2][RB * H];",
+            "  __shared__ float hbuf[2][RB * HP];  // rows padded with zeros to S * HS",
             "  const int tid = threadIdx.x, j = tid / S, p = tid % S, b0 = blockIdx.x * RB;",
             "  const bool lead = p == 0 && j < H;",
             "  const long long slot = (long long)s * N + (long long)b0 * H;",
-            f"  for (int e = tid; e < RB * H; e += {threads})",
-            "    hbuf[0][e] = b0 + e / H < B ? h0[slot + e] : 0.f;",
+            f"  for (int e = tid; e < 2 * RB * HP; e += {threads}) {{  // both buffers' pads zero",
+            "    const int b = e / HP % RB, i = e % HP;",
+            "    (&hbuf[0][0])[e] = e < RB * HP && i < H && b0 + b < B ? h0[slot + b * H + i] : 0.f;",
+            "  }",
             "  float cl[RB];",
             "#pragma unroll",
             "  for (int b = 0; b < RB; ++b)",
@@ -326,7 +329,7 @@ class _RnnEmitter(_EmitterBase):
             f"    wh[k] = {bias_of.format('bh')};",
             "#pragma unroll",
             "    for (int i = 0; i < HS; ++i)",
-            "      w[k][i] = j < H ? whh[(long long)(k * H + j) * H + i * S + p] : 0.f;",
+            "      w[k][i] = j < H && i * S + p < H ? whh[(long long)(k * H + j) * H + i * S + p] : 0.f;",
             "  }",
             "  // a step's input projection is loaded a step ahead, while the products run",
             "  float gv[RB][G], gn[RB][G];",
@@ -351,7 +354,7 @@ class _RnnEmitter(_EmitterBase):
             "      }",
             "#pragma unroll",
             "    for (int b = 0; b < RB; ++b) {",
-            "      const float* hb = hc + b * H + p;  // a unit's S threads read S banks",
+            "      const float* hb = hc + b * HP + p;  // a unit's S threads read S banks",
             "      float q[G];",
             "#pragma unroll",
             "      for (int k = 0; k < G; ++k) {",
@@ -365,7 +368,7 @@ class _RnnEmitter(_EmitterBase):
             "      if (lead && b0 + b < B) {",
             "        const long long row = (b0 + b) * SB + t * ST;",
             *(f"        {line}" for line in update),
-            "        hx[b * H + j] = hv;",
+            "        hx[b * HP + j] = hv;",
             "        y[row * DH + d * H + j] = hv;",
             "      }",
             "    }",
@@ -373,7 +376,7 @@ class _RnnEmitter(_EmitterBase):
             "  }",
             "  const float* hl = hbuf[STEPS & 1];",
             f"  for (int e = tid; e < RB * H; e += {threads})",
-            "    if (b0 + e / H < B) hn[slot + e] = hl[e];",
+            "    if (b0 + e / H < B) hn[slot + e] = hl[e / H * HP + e % H];",
             *(["#pragma unroll",
                "  for (int b = 0; b < RB; ++b)",
                "    if (lead && b0 + b < B) c[slot + b * H + j] = cl[b];"] if lstm else []),
