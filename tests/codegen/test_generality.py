@@ -116,6 +116,10 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "cumsum_warp_per_line": (_problem("torch.cumsum(x, dim=1)", f"{R}(3, 70)"), None),
     "cumsum_thread_per_line": (_problem("torch.cumsum(x, dim=1)", f"{R}(3, 70)"), THREAD),
     "cumsum_inner_dim": (_problem("torch.cumsum(x, dim=1)", f"{R}(4, 37, 40)"), None),
+    # few long strided lines: each cut into chunks, the chunks' totals combined (4 and 3)
+    "cumsum_in_chunks": (_problem("torch.cumsum(x.permute(0, 2, 1), dim=1) * 2.0", f"{R}(2, 40, 130)"), None),  # noqa: E501
+    "logcumsumexp_in_chunks": (_problem("torch.logcumsumexp(x, dim=0)", f"{R}(100, 33)"), None),
+    "cumprod_in_chunks_forced": (_problem("torch.cumprod(x, dim=1)", "torch.rand(3, 70) + 0.5"), Tuning(default=KernelTuning(rows_per_block=1, split_reduction=True))),  # noqa: E501
     "cumprod_epilogue": (_problem("torch.cumprod(x, dim=0) * 2.0", "torch.rand(6, 50) + 0.5"), None),  # noqa: E501
     "masked_cumsum": (_problem("torch.cumsum(x * m, dim=1)", f"{R}(4, 100), torch.rand(4, 100) > 0.5", params="x, m"), None),  # noqa: E501
     "reverse_cumsum": (_problem("torch.cumsum(x.flip(1), dim=1).flip(1)", f"{R}(3, 40)"), None),
@@ -220,6 +224,17 @@ def test_generated_program_matches_pytorch(name: str, tmp_path: Path) -> None:
     assert not report.rejected, [f.detail for f in report.findings]
     assert "torch.ops" not in cand.host_source
     check_on_cpu(task, cand, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(("name", "chunks"), [
+    ("cumsum_in_chunks", 4), ("logcumsumexp_in_chunks", 3), ("cumprod_in_chunks_forced", 2),
+    ("cumsum_inner_dim", 0),  # 37 long: a thread a line
+])
+def test_few_long_lines_are_scanned_in_chunks(name: str, chunks: int) -> None:
+    source, tuning = CASES[name]
+    kernels = _generate(source, tuning)[1].kernel_source
+    assert (f"{chunks} chunks a line" in kernels) == bool(chunks)
+    assert ("chunks a line" in kernels) == bool(chunks)
 
 
 def test_conv_scratch_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,18 @@ from stitch_graph.codegen.tuning import KernelTuning
 _STAGE_FLOATS = 8192
 
 
+def _scan_chunks(lines: int, length: int, split: bool | None) -> int:
+    """Chunks a line of a thread-per-line scan is cut into: 1 (one thread a line) where the
+    lines alone fill the GPU or are short; up to 16 where a few long lines would each be one
+    thread's serial walk (1552 lines of 513: 12 threads an SM of an H100). ``split`` forces
+    either form."""
+    if split is False or length < 64:
+        return 1
+    if split is None and lines > 32768:
+        return 1
+    return max(2, min(16, length // 32))
+
+
 @dataclass(frozen=True)
 class _Window:
     """One pooling op's windows: sizes, strides, padding and dilation per spatial dim, and the
@@ -464,6 +476,62 @@ class _PoolScanEmitter(_SortEmitter):
         return self._add_kernel(src, kernel, grid, block, args, out)
 
     # ---- scans ---------------------------------------------------------------------------------
+    def _chunked_scan(
+        self, node: Any, kernel: str, layout: tuple[int, int, int, str], chunks: int,
+        pre: list[str], post: list[str], spelled: tuple[str, str, str, str, str],
+        args: Any, out: Any,
+    ) -> list[str]:
+        """A thread per (line, chunk): 32 neighbouring lines a block, each cut into
+        ``chunks`` chunks. Every thread combines its chunk, the chunk totals before it come
+        from shared memory, and a second pass over the chunk stores the running values."""
+        length, inner, lines_n, base = layout
+        value, result, index, run_t, otype = spelled
+        ident, combine = _SCANS[node.op]
+        span = math.ceil(length / chunks)
+        block = 32 * chunks
+
+        def walk(body: list[str]) -> list[str]:
+            return [
+                f"      for ({index} k = k0; k < k1; ++k) {{",
+                f"        const {index} i = b + k * {inner};",
+                *(f"        {line}" for line in pre),
+                f"        run = {combine.format(a='run', b=value)};",
+                *(f"        {line}" for line in body),
+                "      }",
+            ]
+
+        src = [
+            f"// {node.op} along {length} element(s) of {lines_n} line(s), {chunks} chunks a "
+            "line: a thread per chunk, the chunks' totals combined in shared memory",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  __shared__ {run_t} part[{chunks}][32];",
+            "  const int lane = threadIdx.x & 31, c = threadIdx.x >> 5;",
+            f"  const {index} k0 = ({index})c * {span}, k1 = k0 + {span} < {length} ? "
+            f"k0 + {span} : {length};",
+            f"  for ({index} g = ({index})blockIdx.x * 32; g < {lines_n}; "
+            f"g += ({index})gridDim.x * 32) {{",
+            f"    const {index} r = g + lane;",
+            f"    const {index} b = {base};",
+            f"    {run_t} run = {ident};",
+            f"    if (r < {lines_n}) {{",
+            *walk([]),
+            "    }",
+            "    part[c][lane] = run;",
+            "    __syncthreads();",
+            f"    run = {ident};",
+            "    for (int q = 0; q < c; ++q) "
+            f"run = {combine.format(a='run', b='part[q][lane]')};",
+            "    __syncthreads();  // the totals are rewritten by the next group of lines",
+            f"    if (r < {lines_n}) {{",
+            *walk([f"const {run_t} v_{node.name} = run;", *post, f"out[i] = {result};"]),
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(lines_n / 32), _MAX_GRID))
+        return self._add_kernel(src, kernel, grid, block, args, out)
+
     def scan(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
         """Inclusive cumulative sum/product along one dim, prologue on load, epilogue on store.
 
@@ -498,6 +566,12 @@ class _PoolScanEmitter(_SortEmitter):
         otype = _CTYPE.get(out.dtype, "float")
         block = min(tun.block_size, 1024)
         warp = inner == 1 and tun.rows_per_block != 1 and length > 1
+        chunks = _scan_chunks(lines_n, length, tun.split_reduction)
+        if not warp and chunks > 1:
+            return self._chunked_scan(
+                node, kernel, (length, inner, lines_n, base), chunks, pre, post,
+                (value, result, index, run_t, otype), args, out,
+            )
         if not warp:
             src = [
                 f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",

@@ -105,7 +105,12 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         {"stage_window": False, "vector_width": 1},
         *({"block_size": b} for b in _BLOCKS),
     ],
-    "scan": [*({"block_size": b} for b in _BLOCKS), {"rows_per_block": 1}],
+    "scan": [
+        {"split_reduction": False},  # a thread a line against chunks of lines (or the reverse)
+        {"split_reduction": True},
+        *({"block_size": b} for b in _BLOCKS),
+        {"rows_per_block": 1},
+    ],
     "rnn": [
         {"rows_per_block": 2},  # the persistent kernel's batch rows a block
         {"rnn_persistent": False},
