@@ -202,3 +202,37 @@ def test_both_pooling_kernels_agree_and_the_default_is_the_faster_below_2_31(cal
     print(f"{call}: a thread per output {default_ms:.4f} ms, staged {staged_ms:.4f} ms")
     assert default_ms is not None and staged_ms is not None  # both agree with the reference
     assert default_ms < staged_ms
+
+
+# An optimiser step that writes into its inputs and returns them: the timer's expected outputs
+# must not be the input tensors its refills rewrite.
+STEP_IN_PLACE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, p, grad):
+        p.mul_(0.99).add_(grad, alpha=-0.1)
+        return p
+
+
+def get_inputs():
+    return [torch.randn(1024, 1024), torch.randn(1024, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_program_that_returns_an_input_it_wrote_is_timed_and_tuned(tmp_path) -> None:
+    task = load_task(STEP_IN_PLACE, name="step_in_place")
+    ir = capture_program(task)
+    plan = plan_program(ir)
+    timer = GpuTimer(task)
+    assert timer(emit_candidate(ir, plan)) is not None
+    _, report = autotune(ir, plan, task, timer, cache=TuningCache(tmp_path), budget_s=5.0,
+                         device=timer.device, toolkit=timer.toolkit)
+    assert "failed or was wrong" not in (report.note or "")
+    assert report.choices

@@ -46,7 +46,7 @@ from stitch_graph.codegen import (
 )
 from stitch_graph.codegen.schedule import convolves_depthwise, reduces_strided
 from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
-from stitch_graph.execution._common import build_on, load_module_state, module_state
+from stitch_graph.execution._common import build_on, clone_to, load_module_state, module_state
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
 
@@ -475,7 +475,10 @@ class GpuTimer:
             torch.manual_seed(seed)
             expected = self._reference(*self.inputs)
         self._seed = seed
-        self._expected = list(expected) if isinstance(expected, list | tuple) else [expected]
+        # copies: a model that writes into its inputs may return them (an optimiser step
+        # returns its parameters), and the refills before each run would change them
+        expected = list(expected) if isinstance(expected, list | tuple) else [expected]
+        self._expected = clone_to(expected, "cuda")
         self._flush = make_flush_buffer()
         self.device = torch.cuda.get_device_name()
         self.toolkit = str(torch.version.cuda)
