@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stitch_graph.codegen import capture_program, plan_program
+from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
@@ -44,9 +45,10 @@ CASES = {
 }
 
 
-# a bucket and the one below it, each read by two lookups: the search's kernel stores them
-# beside the first lookup (``joins_storing``), the rest is one kernel
-SHARED = """bucket = torch.bucketize(x, self.knots).clamp(1, 15)
+# a bucket and the one below it, each read by two lookups, of a search too costly to compute
+# again: the search's kernel stores them beside the first lookup (``joins_storing``), the
+# rest is one kernel
+SHARED = """bucket = torch.bucketize(torch.tanh(x) * 2.0, self.knots).clamp(1, 15)
         below = bucket - 1
         return self.values[below] * self.knots[below] + self.values[bucket] * x"""
 
@@ -73,3 +75,16 @@ def test_a_triangles_cheap_input_is_computed_again_not_stored_beside() -> None:
     plan = plan_program(capture_program(load_task(_PROBLEM.format(body=body))))
     assert len(plan.items) == 2
     assert all(any(op.startswith("sigmoid") for op in item.ops) for item in plan.items)
+
+
+def test_a_search_read_by_four_lookups_is_computed_once_in_their_kernel(tmp_path: Path) -> None:
+    # each lookup gets its copy of the search (``_capture_recompute``); met in one kernel, the
+    # copies are spelled alike and computed once there
+    body = ("idx = torch.bucketize(x, self.knots).clamp(1, 15)\n        return (self.values[idx - 1]"
+            " * x + self.values[idx]) * (self.knots[idx] - self.knots[idx - 1])")
+    source = _PROBLEM.format(body=body)
+    task, program = generate_checked(source)
+    kernels = program.kernel_source.replace(PRELUDE, "", 1)
+    assert kernels.count("__global__") == kernels.count("sg_bucket(") >= 1
+    assert len(plan_program(capture_program(task)).items) == 1
+    check_on_cpu(task, program, tmp_path, cooperative=True)

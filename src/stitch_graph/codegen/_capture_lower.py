@@ -42,6 +42,7 @@ from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_fx_rewrites import index_by_one_element, split_returned_tuple
+from stitch_graph.codegen._capture_gather_through import gather_operands_first
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_interleave import interleave_stacks
 from stitch_graph.codegen._capture_log_softmax import lower_log_softmax_rows
@@ -283,6 +284,7 @@ def _lower(
     _drop_identity_views(ir)
     _eliminate_dead(ir)
     rewrites = (
+        gather_operands_first,
         batch_shared_products, sum_broadcast_products_as_matmuls, interleave_stacks,
         sum_products_first,
         scale_operands_of_products, scatters_as_comparisons, compute_through_views,

@@ -353,7 +353,21 @@ class _EmitterBase:
         env: dict[str, str],
         args: _Args,
     ) -> list[str]:
+        """The lines that compute ``members`` at element ``idx``, each value bound in ``env``.
+        A value spelled as one already computed here (copies a reader was given of a cheap
+        producer, ``_capture_recompute``, that met in one kernel) takes that one's name: the
+        lines share one scope and element and hold no store, and the templates are pure."""
         lines: list[str] = []
+        spelled: dict[str, str] = {}
+
+        def bind(name: str, ctype: str, value: str) -> None:
+            rhs = f"({ctype})({value})"
+            if rhs in spelled:
+                env[name] = spelled[rhs]
+                return
+            lines.append(f"const {ctype} v_{name} = {rhs};")
+            env[name] = spelled[rhs] = f"v_{name}"
+
         for name in members:
             node = self.ir.node(name)
             info = lookup(node.op)
@@ -361,9 +375,7 @@ class _EmitterBase:
                 continue  # computed where its indexed reader reads it (``_read``)
             if node.op in INDEXED:
                 ctype = _CTYPE.get(node.dtype, "float")
-                value = self.indexed(node, space, idx, args, env)
-                lines.append(f"const {ctype} v_{name} = ({ctype})({value});")
-                env[name] = f"v_{name}"
+                bind(name, ctype, self.indexed(node, space, idx, args, env))
                 continue
             template, integer = (None, None) if info is None else _pointwise_template(
                 self.ir, node, info
@@ -387,9 +399,7 @@ class _EmitterBase:
                         values[pname] = f"(({cast}){values[pname]})"
                 else:
                     values[pname] = _scalar(value, default, integer)
-            ctype = _CTYPE.get(node.dtype, "float")
-            lines.append(f"const {ctype} v_{name} = ({ctype})({template.format(**values)});")
-            env[name] = f"v_{name}"
+            bind(name, _CTYPE.get(node.dtype, "float"), template.format(**values))
         return lines
 
     def indexed(
