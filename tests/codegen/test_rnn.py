@@ -20,7 +20,7 @@ from stitch_graph.codegen import (
     emit_candidate,
     plan_program,
 )
-from stitch_graph.codegen._emit_rnn import _persistent_fit
+from stitch_graph.codegen._rnn_fit import persistent_fit as _persistent_fit
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 

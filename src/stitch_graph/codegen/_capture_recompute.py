@@ -19,7 +19,7 @@ from stitch_graph.codegen._capture_estimate import adopt, device_us, trial_copy
 from stitch_graph.codegen.ir import OpNode, ProgramIR, Ref
 from stitch_graph.codegen.ops import LOADS_THROUGH_PROLOGUE, POINTWISE, READS_ELSEWHERE, lookup
 
-_CHEAP_FLOPS = 12.0  # per element: an exp, a divide, a lookup, not a GELU chain
+_CHEAP_FLOPS = 12.0  # per element: an exp, a divide, a lookup, a short search, not a GELU chain
 _MOST_READERS = 4
 _LONGEST_CHAIN = 6  # ops and views copied for one reader (a wrapped N-body displacement: 5)
 _MOST_TRIALS = 24  # values weighed, a schedule and an estimate each

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from stitch_graph.codegen._emit_base import EmitError, _EmitterBase, _py
+from stitch_graph.codegen._rnn_fit import persistent_fit
 from stitch_graph.codegen.ir import Group, Ref
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -110,26 +111,6 @@ def _gates_and_writes(update: list[str], state: str) -> list[str]:
     ]
 
 
-def _persistent_fit(gates: int, hidden: int, batch: int, rows: int) -> tuple[int, int, int] | None:
-    """(lanes a hidden unit, threads, batch rows a block) of the persistent kernel, or None
-    where W_hh does not fit in one block's registers. Each thread holds ``hidden / lanes``
-    weights of each of the unit's ``gates`` rows: the fewest lanes that keep that at 32 or
-    fewer, else the most that fit."""
-    rb = rows if rows > 0 else max(1, math.ceil(batch / 128))
-    if rb > 4 or 4 * rb * 2 * (hidden + 32) > 48 * 1024:
-        return None
-    fits = []
-    for lanes in (1, 2, 4, 8, 16, 32):
-        threads = math.ceil(hidden * lanes / 32) * 32
-        weights = gates * math.ceil(hidden / lanes)
-        held = weights + gates * (2 * rb + 3) + 24  # registers: weights, prefetch, the rest
-        if threads <= 1024 and held <= 255 and threads * held <= 65536:
-            fits.append((lanes, threads, weights))
-    small = [f for f in fits if f[2] <= 32]
-    lanes, threads, _ = small[0] if small else (fits[-1] if fits else (0, 0, 0))
-    return (lanes, threads, rb) if fits else None
-
-
 def _head(block: int, name: str, params: list[str]) -> str:
     """The opening line of a launchable kernel."""
     return f'extern "C" __global__ __launch_bounds__({block}) void {name}({", ".join(params)}) {{'
@@ -178,8 +159,8 @@ class _RnnEmitter(_EmitterBase):
             "}",
         ]
         # every step in one kernel where W_hh fits in a block's registers: a block a few batch
-        # rows, its state in shared memory, two barriers a step and no launch
-        fit = _persistent_fit(gates // hidden, hidden, batch, tun.rows_per_block)
+        # rows, its state in shared memory, one barrier a step and no launch
+        fit = persistent_fit(gates // hidden, hidden, batch, tun.rows_per_block)
         if tun.fuse and tun.rnn_persistent is not False and fit is not None:
             return self._persistent_rnn(node, kernel, consts, fit)
         # one kernel a step where the hidden state fits in shared memory: each block multiplies

@@ -41,6 +41,7 @@ from stitch_graph.codegen._fusion_passes import (
     stores_beside,
 )
 from stitch_graph.codegen._indexed_rules import indexed_ok, own_position_operands
+from stitch_graph.codegen._rnn_fit import persistent_fit
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
 from stitch_graph.codegen.ir import (
     Group,
@@ -736,7 +737,8 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
     if group.kind == "rnn":
         items.append(
             "per layer and direction: the input projection of all time steps in one cuBLAS SGEMM, "
-            "then per step an SGEMM of the hidden state and one gate kernel (state in place)"
+            "then every step in one kernel where W_hh fits in a block's registers, else per step "
+            "an SGEMM of the hidden state and one gate kernel (state in place)"
         )
     return items
 
@@ -855,11 +857,15 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
 
 
 def _rnn_launches(ir: ProgramIR, group: Group) -> int:
-    """Kernel launches and GEMMs of an LSTM/GRU group: two a time step, layer and direction."""
+    """Kernel launches and GEMMs of an LSTM/GRU group, per layer and direction: the input
+    projection and one kernel for every step where W_hh fits in registers, else two a step."""
     node = ir.node(group.anchor or "")
     shape = ir.shapes[node.args["input"]]
-    steps = shape[1] if node.args.get("batch_first") else shape[0]
+    steps, batch = (shape[1], shape[0]) if node.args.get("batch_first") else shape[:2]
     layers = int(node.args["num_layers"]) * (2 if node.args.get("bidirectional") else 1)
+    gates_h, hidden = ir.shapes[node.args["params"][1]]
+    if persistent_fit(gates_h // hidden, hidden, batch, 0) is not None:
+        return layers * 2
     return layers * (2 * steps + 2)
 
 
