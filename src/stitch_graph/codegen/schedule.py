@@ -936,16 +936,15 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
     return groups
 
 
-def _read_inside(ir: ProgramIR, start: list[str], inside: set[str] | None = None) -> set[str]:
-    """The nodes that ``start`` reads, directly or through others; with ``inside``, only its
-    members, reached through its members."""
+def _read_inside(ir: ProgramIR, start: list[str], inside: set[str]) -> set[str]:
+    """The members of ``inside`` that ``start`` reads, directly or through other members."""
     found: set[str] = set()
     todo = list(start)
     while todo:
         for ref in ir.node(todo.pop()).tensor_refs():
             if ref.kind != "node" or ref.name in found:
                 continue
-            if inside is None or ref.name in inside:
+            if ref.name in inside:
                 found.add(ref.name)
                 todo.append(ref.name)
     return found
