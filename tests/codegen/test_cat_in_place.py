@@ -105,3 +105,31 @@ def test_an_exclusive_cumsum_writes_its_scan_and_its_zeros_in_place(tmp_path: Pa
     assert program.kernel_source.count("out[(i / 39) * 40 + 1 + i % 39] = ") == 1
     kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
     assert not any(name.endswith("_cat") for name in kernels.launched)
+
+
+FLIPPED = {  # a flip of a kernel's result, its only reader: the kernel stores mirrored
+    "reverse_cumsum_warp_a_line": "torch.cumsum(x.flip(1), 1).flip(1), y * 2",
+    "reverse_cumsum_in_chunks": "torch.cumsum(x.flip(1), 1).flip(1), y * 2",
+    "two_dims_of_a_pointwise_chain": "torch.flip(torch.relu(x) * 2 - y, dims=(0, 2))",
+}
+_FLIP_SHAPES = {
+    "reverse_cumsum_warp_a_line": ("3, 70", "1"),
+    "reverse_cumsum_in_chunks": ("2, 130, 40", "1"),
+    "two_dims_of_a_pointwise_chain": ("3, 5, 8", "3, 5, 8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLIPPED))
+def test_a_flipped_result_is_stored_mirrored(case: str, tmp_path: Path) -> None:
+    x, y = _FLIP_SHAPES[case]
+    task, program = generate_checked(_PROBLEM.format(expr=FLIPPED[case], x=x, y=y))
+    assert "written in place by its operands' kernels" in program.host_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert not any(name.endswith("_flip") for name in kernels.launched)
+
+
+def test_a_flip_of_a_value_read_elsewhere_keeps_its_kernel(tmp_path: Path) -> None:
+    expr = "torch.flip(torch.relu(x) * 2, dims=(1,)) + torch.relu(x) * 2 + 0 * y.sum()"
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x="4, 9", y="1"))
+    assert "written in place" not in program.host_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -15,6 +15,11 @@ own kernel.
 
 Reductions of the same rows whose results are concatenated (CBAM's channel mean and max) are
 siblings of one pass instead: its kernel stores each result into its slice (``concatenated``).
+
+A ``flip`` of such a kernel's result, its only reader, is written the same way: the kernel
+stores each element at its mirrored index (``FlipSlice``). A reverse cumulative sum,
+``cumsum(x.flip(d), d).flip(d)``, then reads and writes its tensor once, where the second flip
+was a kernel that read it back and wrote it again (KernelBench L1 91).
 """
 
 from __future__ import annotations
@@ -51,6 +56,37 @@ class CatSlice:
         return f"({i} / {run}) * {stride}{at} + {i} % {run}"
 
 
+@dataclass(frozen=True)
+class FlipSlice:
+    """Where a flipped operand's elements go: its element ``i`` is the element of ``buffer``
+    (the flip's result, of ``shape``) with the coordinates along ``dims`` mirrored."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    dims: tuple[int, ...]
+    total: int
+    vector_ok = False  # four neighbours land in reverse order, or rows apart
+
+    def element(self, i: str, width: int = 1) -> str:
+        """The result's index for the operand's index ``i`` (``width`` 1 only)."""
+        terms = [i]
+        for d in self.dims:
+            inner = numel(self.shape[d + 1 :])
+            at = f"({i} / {inner}) % {self.shape[d]}" if inner > 1 else f"{i} % {self.shape[d]}"
+            terms.append(f"({self.shape[d] - 1} - 2 * ({at})) * {inner}")
+        return "(" + " + ".join(terms) + ")"
+
+
+def _flip_dims(node: OpNode) -> tuple[int, ...] | None:
+    """The dims a ``flip`` mirrors (non-negative, each once), or ``None`` if not plain ints."""
+    dims = node.args.get("dims")
+    dims = list(dims) if isinstance(dims, list | tuple) else [dims]
+    if not dims or not all(isinstance(d, int) for d in dims):
+        return None
+    nd = max(len(node.shape), 1)
+    return tuple(sorted({d % nd for d in dims}))
+
+
 def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str, list[str]]:
     """Concatenations that can be written in place: the concatenation's node name -> the
     operands whose kernels may store into it (outputs of other wanted groups, read by it
@@ -61,7 +97,16 @@ def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str
     found: dict[str, list[str]] = {}
     for g in groups:
         node = ir.node(g.output)
-        if g.id not in wanted or node.op not in ("cat", "stack") or g.members != [g.output]:
+        if g.id not in wanted or node.op not in ("cat", "stack", "flip") or g.members != [g.output]:
+            continue
+        if node.op == "flip":
+            source = node.args.get("input")
+            if (
+                isinstance(source, Ref) and source.kind == "node" and source.name in produced
+                and users.get(source.name) == [node.name] and _flip_dims(node) is not None
+                and node.dtype == ir.dtypes.get(source) == "float32"
+            ):
+                found[node.name] = [source.name]
             continue
         tensors = node.args.get("tensors")
         dim = node.args.get("dim", 0)
@@ -81,11 +126,14 @@ def cat_slices(ir: ProgramIR, groups: list[Group], wanted: set[str]) -> dict[str
     return found
 
 
-def _operand_slices(ir: ProgramIR, cat: str) -> list[tuple[Ref, CatSlice]]:
-    """Every operand of ``cat`` (or ``stack``: each operand one index of the new dim) in
-    order, with its slice of the result."""
+def _operand_slices(ir: ProgramIR, cat: str) -> list[tuple[Ref, CatSlice | FlipSlice]]:
+    """Every operand of ``cat`` (or ``stack``: each operand one index of the new dim; or
+    ``flip``: its one operand, mirrored) in order, with its slice of the result."""
     node = ir.node(cat)
     shape = tuple(node.shape)
+    if node.op == "flip":
+        dims = _flip_dims(node) or ()
+        return [(node.args["input"], FlipSlice(cat, shape, dims, numel(shape)))]
     dim = int(node.args.get("dim", 0)) % max(len(shape), 1)
     inner = numel(shape[dim + 1 :])
     stride = shape[dim] * inner
