@@ -29,24 +29,27 @@ def gather_operands_first(ir: ProgramIR) -> None:
         best, best_us = None, device_us(ir)
         for whole in (True, False):
             trial = trial_copy(ir)
-            if not _push(trial, name, whole):
+            moved = _push(trial, name, whole)
+            if not moved:
                 break
             _eliminate_dead(trial)
             if (us := device_us(trial)) < best_us:
                 best, best_us = trial, us
+            if moved == 1:
+                break  # the chain was one op: moving it alone is the same program
         if best is not None:
             adopt(ir, best)
 
 
-def _push(ir: ProgramIR, name: str, whole: bool) -> bool:
+def _push(ir: ProgramIR, name: str, whole: bool) -> int:
     """Move gather ``name`` onto its source's operands and, ``whole``, the gathers that makes
-    onto theirs; whether anything moved."""
-    pending, moved = [name], False
+    onto theirs; how many gathers moved."""
+    pending, moved = [name], 0
     while pending:
         made = _move(ir, ir.node(pending.pop()))
         if made is None:
             continue
-        moved = True
+        moved += 1
         if whole:
             pending.extend(made)
     return moved

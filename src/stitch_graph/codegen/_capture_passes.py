@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from stitch_graph.codegen._capture_base import _meta, _rewire, _to_meta
+from stitch_graph.codegen._capture_base import _meta, _read_instead, _to_meta
 from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen.ir import (
     OpNode,
@@ -91,8 +91,7 @@ def _drop_identity_views(ir: ProgramIR) -> None:
         if same and ir.dtypes[src] == ir.dtypes[ref]:
             swap[ref] = swap.get(src, src)
     if swap:
-        for node in ir.nodes:
-            _rewire(node, swap)
+        _read_instead(ir, swap)
 
 
 def _insert_copies(ir: ProgramIR) -> None:

@@ -144,6 +144,11 @@ class _RnnEmitter(_EmitterBase):
             f"constexpr int H = {hidden}, GH = {gates}, N = {n}, DH = {dirs * hidden};",
             f"constexpr long long SB = {sb}, ST = {st};",
         ]
+        # every step in one kernel where W_hh fits in a block's registers: a block a few batch
+        # rows, its state in shared memory, one barrier a step and no launch
+        fit = persistent_fit(gates // hidden, hidden, batch, tun.rows_per_block)
+        if tun.fuse and tun.rnn_persistent is not False and fit is not None:
+            return self._persistent_rnn(node, kernel, consts, fit)
         c_in, c_out = (["const float* __restrict__ c0"], ["float* __restrict__ c"]) if lstm else ([], [])
         init = [
             _head(block, f"{kernel}_init", ["const float* __restrict__ h0", *c_in,
@@ -158,11 +163,6 @@ class _RnnEmitter(_EmitterBase):
             "  }",
             "}",
         ]
-        # every step in one kernel where W_hh fits in a block's registers: a block a few batch
-        # rows, its state in shared memory, one barrier a step and no launch
-        fit = persistent_fit(gates // hidden, hidden, batch, tun.rows_per_block)
-        if tun.fuse and tun.rnn_persistent is not False and fit is not None:
-            return self._persistent_rnn(node, kernel, consts, fit)
         # one kernel a step where the hidden state fits in shared memory: each block multiplies
         # it by its rows of W_hh (a warp a row, every batch row at once), then applies the gates
         fused = tun.fuse and batch <= 32 and batch * hidden <= 8192
