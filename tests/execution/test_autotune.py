@@ -332,6 +332,20 @@ def test_a_second_run_reuses_the_cache_without_timing(softmax_program, tmp_path)
     assert timer.calls > 0
 
 
+def test_a_run_where_nothing_wins_reads_back_equal_from_the_cache(softmax_program, tmp_path):
+    """No setting beats the defaults: the first run keeps the untuned program, and the second,
+    taking every default from the cache, gives the same tuning without timing anything."""
+    task, ir, plan = softmax_program
+    cache = TuningCache(tmp_path)
+    first, _ = autotune(ir, plan, task, ScriptedTimer({}), cache=cache)
+
+    def must_not_run(candidate):
+        raise AssertionError("a cached choice was timed again")
+
+    second, _ = autotune(ir, plan, task, must_not_run, cache=cache)
+    assert second == first == Tuning()
+
+
 def test_a_search_the_budget_cut_is_searched_again_next_run(softmax_program, tmp_path):
     """Only whole searches are cached: a cut one stored as its best so far would keep the next
     run, with more budget, from ever timing the rest of the space."""

@@ -7,12 +7,13 @@ log-probabilities, then reads ``x`` once (the logsumexp and the row sums share i
 it wrote the log-probabilities and read them back. ``F.cross_entropy`` is lowered this way
 already (``_capture_decompose``).
 
-Where pointwise ops read the result and every chain of them ends in a sum or mean along the
-softmax's dim (a KL divergence or an entropy written by hand), ``log_softmax(x)`` is
-``x - lse`` and ``softmax(x)`` is ``exp(x - lse)``: pointwise ops the reduction computes as it
-reads, so no probability tensor is written and read back. A view that regroups the rows
-(``lprobs.view(-1, V)``) passes the rewrite on to its readers, the input and the logsumexp viewed
-alike. Any other reader (a returned value, a matmul, another view) keeps the tensor.
+Where pointwise ops read the result and every chain of them ends in a reduction along the
+softmax's dim (a KL divergence or an entropy written by hand, a calibration's top
+probability), ``log_softmax(x)`` is ``x - lse`` and ``softmax(x)`` is ``exp(x - lse)``: pointwise
+ops the reduction computes as it reads, so no probability tensor is written and read back. A
+view that regroups the rows (``lprobs.view(-1, V)``) passes the rewrite on to its readers, the
+input and the logsumexp viewed alike. Any other reader (a returned value, a matmul, another
+view) keeps the tensor.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _bound(fx_node: torch.fx.Node, args: list[Any], kwargs: dict[str, Any]) -> d
 
 
 _READERS = ("gather", "sum", "mean")
+# reductions along the softmax's dim that end a chain of pointwise readers: each computes the
+# values as it reads them (a calibration's max probability and its class, an entropy's sum)
+_CHAIN_ENDS = ("sum", "mean", "max", "amax", "min", "amin", "argmax", "argmin")
 _ROW_VIEWS = ("view", "reshape")  # rows of the last dim, regrouped (``lprobs.view(-1, V)``)
 _SHAPE_READS = ("size", "dim", "numel")
 
@@ -131,11 +135,11 @@ def _keeps_rows(
 
 
 def _reduced_later(node: torch.fx.Node, dim: int, rank: int, depth: int) -> bool:
-    """Whether ``node`` is a sum or mean over ``dim`` (which ends a chain: the reduction
+    """Whether ``node`` is a reduction over ``dim`` (which ends a chain: the reduction
     computes the values as it reads them, the row's lse constant along its row), or a pointwise
     op whose readers, followed through pointwise ops, all end so."""
     name = _canonical_name(node) if node.op in ("call_function", "call_method") else ""
-    if name in ("sum", "mean"):
+    if name in _CHAIN_ENDS:
         d = _bound(node, list(node.args), dict(node.kwargs)).get("dim")
         dims = [d] if isinstance(d, int) else list(d) if isinstance(d, list | tuple) else None
         return dims is None or not dims or dim in [v % rank for v in dims]

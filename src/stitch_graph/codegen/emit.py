@@ -50,6 +50,7 @@ from stitch_graph.codegen._emit_pool_scan import _PoolScanEmitter
 from stitch_graph.codegen._emit_reduce import _ReduceEmitter
 from stitch_graph.codegen._emit_region import _RegionEmitter, writes_in_place
 from stitch_graph.codegen._emit_rnn import _RnnEmitter
+from stitch_graph.codegen._emit_row_stages import _RowStagesEmitter
 from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
 from stitch_graph.codegen._fusion_passes import read_through
@@ -79,6 +80,7 @@ _STYLES: dict[str, str] = {
 
 class _Emitter(
     _ReduceEmitter,
+    _RowStagesEmitter,
     _SoftmaxNormEmitter,
     _ConvEmitter,
     _PoolScanEmitter,
@@ -92,7 +94,7 @@ class _Emitter(
 
     def emit(self, part: Group, kernel: str, tun: KernelTuning) -> list[str]:
         """Kernels for one group (kept in ``self.kernels``); returns the host lines."""
-        style = _STYLES.get(part.kind)
+        style = "staged_reduction" if part.before is not None else _STYLES.get(part.kind)
         if style is None:
             msg = f"{part.id}: no emitter for {part.kind} groups"
             raise EmitError(msg)
@@ -275,7 +277,7 @@ def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     and each sibling reduction a kernel of its own (with its own prologue)."""
     if g.anchor is None:
         return [g]
-    parts: list[Group] = []
+    parts = _split_unfused(ir, g.before) if g.before is not None else []
     for n, anchor in enumerate(g.anchors):
         part = f"{g.id}s{n}" if n else g.id
         read = _read_inside(ir, [anchor], set(g.prologue))
@@ -385,9 +387,15 @@ def emit_candidate(
         shape = list(ir.node(cat).shape)
         body.append(f"{cat} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
     guards: list[str] = []  # checked once every kernel is launched: one wait, at the end
+    # a view of a value a later kernel makes (a reduction taken into a later one's pass) is
+    # taken after that kernel's launch
+    made_at = {m: g.output for g in groups if g.id in wanted for m in g.members}
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    deferred: dict[str, list[str]] = {}
     for node in ir.nodes:
         if node.name in launch_at:
             body.extend(launch_at[node.name])
+            body.extend(deferred.pop(node.name, []))
             continue
         if node.name in covered:
             continue
@@ -397,6 +405,12 @@ def emit_candidate(
         kind, _ = node_kind(ir, node)
         rnn = node.op in _RNN_MODES and node.call == f"torch.{node.op}"
         line = _rnn_line(ir, node) if rnn else _torch_line(node)
+        late = [made_at[r.name] for r in node.tensor_refs()
+                if r.name in made_at and order[made_at[r.name]] > order[node.name]]
+        if kind == "view" and late:
+            made_at[node.name] = max(late, key=order.__getitem__)
+            deferred.setdefault(made_at[node.name], []).append(line)
+            continue
         if kind != "view" and node.attrs.get("strided_in_torch"):
             line += ".contiguous()"  # our layout for the result (PyTorch's may be permuted)
         elif _dense_element_of_torch_tuple(ir, node, covered):

@@ -204,6 +204,9 @@ class Group:
         output: The one node whose value the group writes to memory.
         siblings: Further reductions of the same rows, reduced in the anchor's pass (a mean
             beside a logsumexp, two distances from one anchor): the rows are read once.
+        before: A reduction of the same rows whose per-row results this group's loads read
+            (``mean(x - lse)``): reduced first in the same kernel, each row then read again,
+            from cache where it fits, where a second kernel read it from memory.
     """
 
     id: str
@@ -213,6 +216,7 @@ class Group:
     epilogue: list[str]
     output: str
     siblings: list[str] = field(default_factory=list)
+    before: Group | None = None
 
     @property
     def anchors(self) -> list[str]:
@@ -222,7 +226,8 @@ class Group:
     @property
     def members(self) -> list[str]:
         """All node names in evaluation order."""
-        return [*self.prologue, *self.anchors, *self.epilogue]
+        first = self.before.members if self.before is not None else []
+        return [*first, *self.prologue, *self.anchors, *self.epilogue]
 
 
 def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[bool, int, int] | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
@@ -40,6 +41,7 @@ from stitch_graph.codegen._fusion_passes import (
     joins_storing,
     stores_beside,
 )
+from stitch_graph.codegen._fusion_row_stages import join_dependent_row_passes, staged_group
 from stitch_graph.codegen._indexed_rules import indexed_ok, own_position_operands
 from stitch_graph.codegen._rnn_fit import persistent_fit
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
@@ -575,6 +577,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
                     g.epilogue = []
                     g.output = g.anchor or g.output
     join_row_passes(ir, groups, group_of, users, _siblings_fit)
+    join_dependent_row_passes(ir, groups, group_of, users, is_view(ir), _rows_of)
     fold_shared_producers(ir, groups, group_of, users)
     for g in groups:
         g.prologue.sort(key=order.__getitem__)
@@ -911,6 +914,14 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
         if not anchors:
             groups.append(Group(item.id, "pointwise", None, [], members, members[-1]))
             continue
+        staged = (
+            staged_group(ir, item.id, members, anchors, is_view(ir))
+            if len(anchors) > 1 and {kinds[a] for a in anchors} == {"reduction"}
+            else None
+        )
+        if staged is not None:  # an anchor reads another's result: two passes of one kernel
+            groups.append(staged)
+            continue
         # further reductions are siblings when no anchor reads another: the same pass
         siblings = anchors[1:] if {kinds[a] for a in anchors} == {"reduction"} else []
         before = _read_inside(ir, [anchors[0], *siblings], set(members))
@@ -934,6 +945,11 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
         )
     groups.sort(key=lambda g: order[g.output])
     return groups
+
+
+def is_view(ir: ProgramIR) -> Callable[[OpNode], bool]:
+    """Whether a node of ``ir`` is a view (host-side, in no kernel)."""
+    return lambda node: node_kind(ir, node)[0] == "view"
 
 
 def _read_inside(ir: ProgramIR, start: list[str], inside: set[str]) -> set[str]:

@@ -101,6 +101,12 @@ class Tuning(BaseModel):
         """The knobs of one item."""
         return self.kernels.get(item_id, self.default)
 
+    def pruned(self) -> Tuning:
+        """This tuning without the items that only repeat the default: two tunings that emit
+        the same program then compare equal (a tuner's choice and the same choice from a cache)."""
+        kept = {k: v for k, v in self.kernels.items() if v != self.default}
+        return self.model_copy(update={"kernels": kept}, deep=True)
+
 
 def _targets(text: str, plan: Plan) -> list[str]:
     hits = [

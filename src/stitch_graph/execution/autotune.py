@@ -259,7 +259,7 @@ def autotune(
                     },
                 )
         report.choices.append(choice)
-    if timed and tuner.tuning != original and not tuner.confirm(original):
+    if timed and tuner.tuning.pruned() != original.pruned() and not tuner.confirm(original):
         report.note = (report.note + "; " if report.note else "") + (
             "timed again in turns, the tuned program was not clearly faster: untuned kept"
         )
@@ -273,7 +273,7 @@ def autotune(
     report.base_ms = measured[0].base_ms if measured else None
     report.best_ms = measured[-1].best_ms if measured else None
     report.seconds = clock() - started
-    return tuner.tuning, report
+    return tuner.tuning.pruned(), report
 
 
 _PROGRAM = "program"
