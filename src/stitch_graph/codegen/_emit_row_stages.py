@@ -19,7 +19,11 @@ from stitch_graph.codegen._emit_base import (
     _EmitterBase,
 )
 from stitch_graph.codegen._emit_reduce import _row_threads
-from stitch_graph.codegen._fusion_row_stages import row_value_source, stages
+from stitch_graph.codegen._fusion_row_stages import (
+    readers_past_views,
+    row_value_source,
+    stages,
+)
 from stitch_graph.codegen._reduce_accumulators import _accumulator, _reduced
 from stitch_graph.codegen.ir import Group, Ref, numel, row_layout
 from stitch_graph.codegen.schedule import is_view, reduction_dims
@@ -50,12 +54,16 @@ class _RowStagesEmitter(_EmitterBase):
                 self._alias_row_values(stage, env)
             passes.append(self._stage(stage, f"acc{n}", in_shape, length, env, args))
         out = ir.node(g.output)
-        beside = self.stored_beside(g.members, out)
+        inside, candidates = set(g.members), self.stored_beside(g.members, out)
+        users = self._users or ir.users()
+        beside = [  # read past the kernel, a view's readers in its place
+            m for m in candidates if readers_past_views(ir, [m.name], users, is_view(ir)) - inside
+        ]
         if any(numel(m.shape) != rows or m.name not in env for m in beside):
             msg = f"{g.id}: results stored beside two staged reductions are one value a row"
             raise EmitError(msg)
         stores = [f"{args.store(Ref('node', m.name))}[r] = {env[m.name]};" for m in beside]
-        threads = _row_threads(length, rows)
+        threads = _row_threads(math.ceil(length / 4), rows)  # four elements a thread or more
         block = max(threads, 256) if threads <= 32 else threads
         per_block = block // threads
         if threads == 1:

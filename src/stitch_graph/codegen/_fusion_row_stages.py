@@ -54,7 +54,7 @@ def join_dependent_row_passes(
                     continue
                 inside = {*a.members, *b.members}
                 later = order[b.output]
-                readers = _readers_past_views(ir, a.members, users, is_view)
+                readers = readers_past_views(ir, a.members, users, is_view)
                 if any(u != "output" and u not in inside and launch(u) <= later for u in readers):
                     continue  # a reader of the earlier result runs before the joined kernel
                 a.epilogue, a.output = first.epilogue, first.output
@@ -214,7 +214,7 @@ def staged_group(
     return group
 
 
-def _readers_past_views(
+def readers_past_views(
     ir: ProgramIR, names: list[str], users: dict[str, list[str]], is_view: Callable[[OpNode], bool]
 ) -> set[str]:
     """The nodes that read ``names``, a view's readers in its place (views run on the host)."""

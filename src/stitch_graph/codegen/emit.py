@@ -35,6 +35,7 @@ Layout: the kernel styles live in private modules, one concern each: ``_emit_bas
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import torch
@@ -272,6 +273,19 @@ def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]
     )
 
 
+def _assigned(lines: list[str]) -> set[str]:
+    """The names the host lines assign."""
+    found: set[str] = set()
+    for line in lines:
+        m = _ASSIGNED.match(line)
+        if m:
+            found.update(name.strip() for name in m.group(1).split(","))
+    return found
+
+
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=(?!=)")
+
+
 def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     """Un-fuse an anchored group: prologue and epilogue become pointwise kernels of their own,
     and each sibling reduction a kernel of its own (with its own prologue)."""
@@ -388,14 +402,18 @@ def emit_candidate(
         body.append(f"{cat} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
     guards: list[str] = []  # checked once every kernel is launched: one wait, at the end
     # a view of a value a later kernel makes (a reduction taken into a later one's pass) is
-    # taken after that kernel's launch
+    # taken after that kernel's launch, and not at all where the kernel kept it in registers
     made_at = {m: g.output for g in groups if g.id in wanted for m in g.members}
     order = {n.name: i for i, n in enumerate(ir.nodes)}
-    deferred: dict[str, list[str]] = {}
+    deferred: dict[str, list[tuple[OpNode, str]]] = {}
     for node in ir.nodes:
         if node.name in launch_at:
             body.extend(launch_at[node.name])
-            body.extend(deferred.pop(node.name, []))
+            stored = _assigned(body)
+            for view, line in deferred.pop(node.name, []):
+                if all(r.kind != "node" or r.name in stored for r in view.tensor_refs()):
+                    body.append(line)
+                    stored.add(view.name)
             continue
         if node.name in covered:
             continue
@@ -409,7 +427,7 @@ def emit_candidate(
                 if r.name in made_at and order[made_at[r.name]] > order[node.name]]
         if kind == "view" and late:
             made_at[node.name] = max(late, key=order.__getitem__)
-            deferred.setdefault(made_at[node.name], []).append(line)
+            deferred.setdefault(made_at[node.name], []).append((node, line))
             continue
         if kind != "view" and node.attrs.get("strided_in_torch"):
             line += ".contiguous()"  # our layout for the result (PyTorch's may be permuted)

@@ -360,7 +360,8 @@ def _broadcast_back(ir: ProgramIR, group: Group, node: OpNode) -> bool:
 # unseen smooth-max pooling's logsumexp and mean read their 128 MB input in two kernels (0.35x
 # of torch.compile on the H200), TripletMarginLoss reads its anchor once a distance
 _SIBLING_REDUCE = frozenset({"sum", "mean", "norm", "prod", "amax", "amin", "logsumexp", "var",
-                             "std"})
+                             "std", "max", "min", "argmax", "argmin"})
+_ARG_EXTREMES = frozenset({"argmax", "argmin"})  # an int64 index of a float32 row
 _MOST_SIBLINGS = 3
 
 
@@ -381,7 +382,9 @@ def _siblings_fit(ir: ProgramIR, base: Group, other: Group) -> bool:
         return False
     anchors = [ir.node(a) for a in [*base.anchors, *other.anchors]]
     if len(anchors) > _MOST_SIBLINGS or any(
-        a.op not in _SIBLING_REDUCE or a.dtype != "float32" for a in anchors
+        a.op not in _SIBLING_REDUCE or a.dtype != ("int64" if a.op in _ARG_EXTREMES else "float32")
+        or ir.dtypes.get(a.args.get("input")) != "float32"
+        for a in anchors
     ):
         return False
     rows = _rows_of(ir, anchors[0])
