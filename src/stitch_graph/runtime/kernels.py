@@ -471,7 +471,9 @@ class KernelLibrary:
         devices of the inputs; addresses of the parameters and buffers) on static input buffers.
         Each call copies its inputs into those buffers, replays the graph and copies the outputs
         out, so every kernel runs again on the current values, new tensors of the same shapes do
-        not capture again, and each call returns fresh tensors as in eager mode. The copies are
+        not capture again, and each call returns fresh tensors as in eager mode. Inputs at the
+        same addresses twice in a row get a graph of their own that reads them in place (the
+        program never writes its inputs): no copies in, whatever their values. The copies are
         part of the program's time, so whether a graph pays is measured, never assumed. Where
         capture fails (a library call that cannot be captured), the body runs with plain
         launches from then on.
@@ -501,6 +503,17 @@ class KernelLibrary:
                 graphs.pop(next(iter(graphs)))
         if isinstance(entry, str):  # could not be captured: the reason
             return body(*inputs)
+        # the same input buffers a second time (a serving loop, a benchmark refilling them):
+        # a graph that reads them where they are, with no copies in
+        addresses = (key, *(v.data_ptr() if hasattr(v, "data_ptr") else None for v in inputs))
+        bound = self.__dict__.setdefault("_bound", {})
+        if addresses not in bound and self.__dict__.get("_last_addresses") == addresses:
+            bound[addresses] = _capture(body, inputs, copies=False)
+            while len(bound) > 4:
+                bound.pop(next(iter(bound)))
+        self.__dict__["_last_addresses"] = addresses
+        if not isinstance(bound.get(addresses, ""), str):
+            entry = bound[addresses]
         graph, static_inputs, outputs = entry
         for static, value in zip(static_inputs, inputs, strict=True):
             if static is not None:
@@ -640,14 +653,16 @@ def _signature(value: Any) -> Any:
     return repr(value)
 
 
-def _capture(body: Any, inputs: tuple[Any, ...]) -> Any:
+def _capture(body: Any, inputs: tuple[Any, ...], *, copies: bool = True) -> Any:
     """``(graph, static inputs, outputs)`` of one call captured on static copies of the tensor
-    inputs (``None`` where an input is not a tensor), or why it could not be captured."""
+    inputs (``None`` where an input is not a tensor, or for every input with ``copies=False``:
+    the graph then reads the inputs' own buffers, which the program only reads), or why it
+    could not be captured."""
     import torch
 
     static_inputs = [
         torch.empty_like(v).copy_(v)  # keeps a dense input's strides
-        if isinstance(v, torch.Tensor)
+        if isinstance(v, torch.Tensor) and copies
         else None
         for v in inputs
     ]
