@@ -1,6 +1,6 @@
 """A ``softmax`` or ``log_softmax`` that is only reduced (read by gathers and row sums or means
-along its dim, or by pointwise ops whose chains end in sums or means along it) is written from the
-row's logsumexp: no probability tensor is stored. One read another way keeps the tensor. Every
+along its dim, or by pointwise ops whose chains end in reductions along it or in a ``kl_div``) is
+written from the row's logsumexp: no probability tensor is stored. One read another way keeps the tensor. Every
 case matches PyTorch in the CPU emulation."""
 
 from __future__ import annotations
@@ -45,6 +45,14 @@ FROM_LSE = [
         eps = 0.1 / (lp.size(-1) - 1)
         tt = t.view(-1, 1)
         return (-lp.gather(-1, tt) * 0.8 - eps * lp.sum(-1, keepdim=True)).sum()""",
+    # distillation through F.kl_div: summed whole, and elementwise then summed along the rows
+    """kd = F.kl_div(F.log_softmax(x / 2.0, 1), F.softmax(x * 0.5, 1), reduction="batchmean")
+        p, q = F.log_softmax(x, 1), F.log_softmax(x * 0.7, 1)
+        sym = F.kl_div(p, q, reduction="none", log_target=True).sum(1)
+        return kd + sym.mean()""",
+    # a calibration's top probability and its class
+    """conf, pred = torch.max(F.softmax(x, dim=1), 1)
+        return conf * pred.float()""",
     # a distillation KL of two tempered softmaxes, each tempered input written twice
     """p = F.softmax(x / 2.0, dim=1)
         kl = (p * (F.log_softmax(x / 2.0, dim=1) - F.log_softmax(x * 0.3, dim=1))).sum(1)

@@ -62,8 +62,11 @@ def lower_log_softmax_rows(
         return _reader(b, name, rows[0], _bound(fx_node, args, kwargs))
     if rows and args and rows[0] is args[0] and name in _ROW_VIEWS:
         return _viewed(b, rows[0], tuple(fx_node.meta["sg_value"].shape), fx_node.name)
-    for row in rows:  # a pointwise reader: the value as pointwise ops of x and the lse
-        env[row.name] = _value(b, row)
+    # a pointwise reader: the value as pointwise ops of x and the lse; a loss's own lowering
+    # names its nodes after it too, so these take another prefix
+    values = _Builder(ir, ours, f"{fx_node.name}_rows") if name in _LOSSES else b
+    for row in rows:
+        env[row.name] = _value(values, row)
     if rows or name not in _ROW_OPS:
         return None
     a = _bound(fx_node, args, kwargs)
@@ -90,6 +93,7 @@ _READERS = ("gather", "sum", "mean")
 # reductions along the softmax's dim that end a chain of pointwise readers: each computes the
 # values as it reads them (a calibration's max probability and its class, an entropy's sum)
 _CHAIN_ENDS = ("sum", "mean", "max", "amax", "min", "amin", "argmax", "argmin")
+_LOSSES = ("kl_div",)  # of (log-)probabilities: summed whole, or elementwise ("none")
 _ROW_VIEWS = ("view", "reshape")  # rows of the last dim, regrouped (``lprobs.view(-1, V)``)
 _SHAPE_READS = ("size", "dim", "numel")
 
@@ -144,7 +148,14 @@ def _reduced_later(node: torch.fx.Node, dim: int, rank: int, depth: int) -> bool
         dims = [d] if isinstance(d, int) else list(d) if isinstance(d, list | tuple) else None
         return dims is None or not dims or dim in [v % rank for v in dims]
     info = lookup(name)
-    if depth == 0 or info is None or info.kind != POINTWISE or not node.users:
+    if name in _LOSSES:  # reduced whole, or elementwise ("none") and reduced by its readers
+        if len(node.args) > 2 or node.kwargs.get("size_average") or node.kwargs.get("reduce"):
+            return False
+        if node.kwargs.get("reduction", "mean") != "none":
+            return True
+    elif info is None or info.kind != POINTWISE:
+        return False
+    if depth == 0 or not node.users:
         return False
     return all(_reduced_later(user, dim, rank, depth - 1) for user in node.users)
 
