@@ -120,6 +120,17 @@ def test_concatenated_siblings_tuned_variants_stay_correct(tuning: Tuning, tmp_p
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
+def test_an_epilogue_may_read_the_other_sums_result(tmp_path: Path) -> None:
+    """A calibration error's confidence and accuracy sums over the same rows, their difference
+    taken by one's epilogue and the other also read elsewhere: one pass reads the rows."""
+    body = "(x * 2.0).sum(0) - (x * x).sum(0), (x * x).sum(0) / 3.0"
+    ir = capture_program(load_task(_source(body, (300, 15))))
+    groups = [g for g in schedule.schedule_program(ir) if g.kind == "reduction"]
+    assert len(groups) == 1 and len(groups[0].anchors) == 2, groups
+    task, program = generate_checked(_source(body, (300, 15)))
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
 def test_a_concatenated_result_read_elsewhere_keeps_its_own_kernel(tmp_path: Path) -> None:
     body = "torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1) * x.mean(1, keepdim=True)"  # noqa: E501
     ir = capture_program(load_task(_source(body, (2, 40, 8, 8))))

@@ -392,9 +392,12 @@ def _siblings_fit(ir: ProgramIR, base: Group, other: Group) -> bool:
         return False
     if any(ir.node(m).shape != anchors[0].shape for m in other.epilogue):
         return False
-    return not (
-        _reads_any(ir, base.members, set(other.members))
-        or _reads_any(ir, other.members, set(base.members))
+    # an epilogue may read the other's results (``conf - acc`` of two sums of the same rows):
+    # the pass has every result before its epilogue; nothing it loads may
+    return not any(
+        _reads_any(ir, [*g.prologue, *g.anchors], set(h.members))
+        or any(r.name in h.prologue for m in g.epilogue for r in ir.node(m).tensor_refs())
+        for g, h in ((base, other), (other, base))
     )
 
 
