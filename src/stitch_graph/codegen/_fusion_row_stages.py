@@ -126,14 +126,16 @@ def _lifted(
     ir: ProgramIR, a: Group, b: Group, users: dict[str, list[str]]
 ) -> tuple[Group, Group]:
     """``a`` and ``b`` with ``a``'s rows rewritten from its result (``(x - m) / s``) moved
-    into ``b``'s loads, where ``b`` is their one reader and reduces them: the rewrite is then
-    computed as ``b`` reads the row, never stored. Unchanged where that does not hold."""
+    into ``b``'s loads, where ``b`` is their one reader and one of its reductions reduces
+    them: the rewrite is then computed as ``b`` reads the row, never stored. Unchanged where
+    that does not hold."""
     if a.anchor is None or b.anchor is None or a.before is not None:
         return a, b
     per_row = numel(tuple(ir.node(a.anchor).shape))
     rewrite = [m for m in a.epilogue if numel(tuple(ir.node(m).shape)) != per_row]
-    source = ir.node(b.anchor).args.get("input")
-    if not rewrite or not isinstance(source, Ref) or source.name != a.output:
+    sources = [ir.node(x).args.get("input") for x in b.anchors]
+    source = next((r for r in sources if isinstance(r, Ref) and r.name == a.output), None)
+    if not rewrite or source is None:
         return a, b
     inside = {*rewrite, *b.members}
     shape = ir.shapes[source]
