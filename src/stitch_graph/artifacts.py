@@ -45,6 +45,12 @@ class Task(BaseModel):
     init_args: list[Any] = Field(default_factory=list, description="get_init_inputs(), JSON-safe.")
     outputs: list[TensorSpec] = Field(default_factory=list)
     parameter_count: int = 0
+    varying_inputs: list[int] = Field(
+        default_factory=list,
+        description="Positions of tensor arguments whose shape differed between two draws of "
+        "get_inputs() (bags of random lengths): a program specialised to one draw's shapes "
+        "checks them and refuses others.",
+    )
 
     @property
     def digest(self) -> str:

@@ -394,6 +394,15 @@ def emit_candidate(
     declared: list[str] = []
     tensor_inputs = [name for name, shape in ir.inputs if shape is not None]
     body.append(f"_dev = {tensor_inputs[0]}.device" if tensor_inputs else "_dev = 'cuda'")
+    for position in ir.task.varying_inputs:  # kernels hold one draw's sizes: refuse others
+        name, shape = ir.inputs[position] if position < len(ir.inputs) else (None, None)
+        if name is not None and shape is not None:
+            body.append(f"if tuple({name}.shape) != {tuple(shape)}:")
+            body.append(
+                f"    raise ValueError(f'{name} has shape {{tuple({name}.shape)}}; this program "
+                f"was generated for {tuple(shape)} (get_inputs() draws other shapes) and "
+                "computes no other: generate one for these inputs')"
+            )
     if tensor_inputs:  # kernels index inputs densely: a transposed one is copied (else free)
         dense = ", ".join(f"{name}.contiguous()" for name in tensor_inputs)
         body.append(f"{', '.join(tensor_inputs)} = {dense}")

@@ -9,6 +9,7 @@ confusing failure rounds later.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -330,6 +331,7 @@ def load_task(
             outputs = _outputs(model, args, label) if run_reference else []
         else:
             model, args, outputs = built
+        varying = _varying_shapes(get_inputs, args, on_meta=built is not None)
     for w in caught:
         _log.debug("%s: warning while loading: %s", label, w.message)
 
@@ -342,4 +344,20 @@ def load_task(
         init_args=init_record,
         outputs=outputs,
         parameter_count=sum(p.numel() for p in model.parameters()),
+        varying_inputs=varying,
     )
+
+
+def _varying_shapes(get_inputs: Callable[[], Any], first: list[Any], *, on_meta: bool) -> list[int]:
+    """Positions of tensor arguments whose shape a second draw of ``get_inputs`` (another seed)
+    changes; drawn on the meta device where the first draw was, so it costs nothing there."""
+    try:
+        with torch.device("meta") if on_meta else contextlib.nullcontext():
+            torch.manual_seed(_SEED + 1)
+            again = list(get_inputs())
+    except Exception:  # noqa: BLE001 - the first draw was checked; a second one is only a probe
+        return []
+    return [
+        i for i, (a, b) in enumerate(zip(first, again, strict=False))
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape
+    ]
