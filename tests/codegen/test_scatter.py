@@ -1,8 +1,9 @@
 """Scatters: ``scatter_add``, ``index_add`` (repeated indices, ``alpha``), ``scatter`` of a
 value or a tensor (float or bool) and ``scatter_reduce`` by sum, amax or amin, as a copy of the
 input and a thread per source element; each fully generated and matching PyTorch in the CPU
-emulation. A scatter's ``reduce`` argument, ``scatter_reduce``'s mean or ``include_self=False``
-and indices that are not int64 stay in PyTorch."""
+emulation, ``include_self=False`` too (the reached positions start from the reduction's
+identity). A scatter's ``reduce`` argument, ``scatter_reduce``'s mean, ``include_self=False`` on
+integers and indices that are not int64 stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ EXPRS = [
     f"x.scatter_reduce(3, {_INDEX}, y, 'amax')"
     f" + x.scatter_reduce(1, {_INDEX}.clamp(max=4)[:, :3], y, 'amin')",
     f"torch.zeros_like(x).scatter_reduce(3, {_INDEX}, torch.relu(y), reduce='sum')",
+    # without the input: reached positions reduce the sources alone, the rest keep the input
+    f"x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'amax', include_self=False)",
+    f"x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'amin', include_self=False)"
+    f" + x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'sum', include_self=False)",
 ]
 
 
@@ -64,7 +69,7 @@ def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path)
         f"x.scatter(3, {_INDEX}, y, reduce='add')",
         f"x.scatter_add(3, {_INDEX}.int(), y)",
         f"x.scatter_reduce(3, {_INDEX}, y, 'mean')",
-        f"x.scatter_reduce(3, {_INDEX}, y, 'amax', include_self=False)",
+        f"(x > 0).long().scatter_reduce(3, {_INDEX}, (y > 0).long(), 'amax', include_self=False)",
     ]
 )
 def test_a_scatter_it_cannot_reproduce_stays_in_pytorch(expr: str) -> None:

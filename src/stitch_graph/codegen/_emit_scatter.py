@@ -40,6 +40,39 @@ _WRITES = {
 }
 
 
+_IDENTITY = {"sum": "0.f", "amax": "-SG_INF", "amin": "SG_INF"}
+
+
+def _reset_targets(
+    ir: Any,
+    node: Any,
+    kernel: str,
+    block: int,
+    space: tuple[int, ...],
+    dim: int,
+    target: list[str],
+    shape: tuple[int, ...],
+) -> tuple[list[str], str]:
+    """A kernel that stores the reduction's identity at every position a source element
+    reaches (a thread each, all storing the same value), and the host name of its index."""
+    index = node.args["index"]
+    coords = [f"c{d}" for d in range(len(space))]
+    lines = [
+        f"// {node.op} without the input: its targets start from the reduction's identity",
+        f'extern "C" __global__ __launch_bounds__({block}) void {kernel}_reset('
+        f"const long long* __restrict__ a0, float* __restrict__ out) {{",
+        f"  for (long long e = (long long)blockIdx.x * {block} + threadIdx.x; e < {numel(space)}; "
+        f"e += (long long)gridDim.x * {block}) {{",
+        *(f"    {line}" for line in _coords("e", space)),
+        f"    const long long j = a0[{_at(ir.strides[index], coords)}];",
+        f"    if (j < 0 || j >= {shape[dim]}) continue;",
+        f"    out[{_at(contiguous_strides(shape), target)}] = {_IDENTITY[node.args['reduce']]};",
+        "  }",
+        "}",
+    ]
+    return lines, _py(index)
+
+
 def _coords(idx: str, shape: tuple[int, ...]) -> list[str]:
     """``c0..`` of the linear index ``idx`` over ``shape``."""
     lines = []
@@ -175,10 +208,21 @@ class _ScatterEmitter(_EmitterBase):
         ]
         grid = max(1, min(math.ceil(count / block), _MAX_GRID))
         py = ", ".join([*(_py(r) for r in args.refs), node.name])
+        # include_self=False: the positions a source element reaches start from the
+        # reduction's identity, not the input (those no element reaches keep the input)
+        reset = (
+            _reset_targets(ir, node, kernel, block, space, dim, target, shape)
+            if node.op == "scatter_reduce" and node.args.get("include_self") is False
+            else []
+        )
+        if reset:
+            self.kernels.append("\n".join(reset[0]))
+            reset = [f"KERNELS.{kernel}_reset({grid}, {block}, {reset[1]}, {node.name})"]
         if _writable_input(ir, node, g):
             self.kernels.append("\n".join(src_lines))
             return [
                 f"{node.name} = {_py(x)}  # written in place: nothing else reads it",
+                *reset,
                 f"KERNELS.{kernel}({grid}, {block}, {py})",
             ]
         self.kernels.extend(["\n".join(copy), "\n".join(src_lines)])
@@ -188,5 +232,6 @@ class _ScatterEmitter(_EmitterBase):
             f"{node.name} = torch.empty({list(shape)}, device=_dev, "
             f"dtype={_TORCH_DTYPE[node.dtype]})",
             f"KERNELS.{kernel}_copy({copy_grid}, {block}, {copy_py})",
+            *reset,
             f"KERNELS.{kernel}({grid}, {block}, {py})",
         ]

@@ -53,10 +53,10 @@ def scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     if node.op == "scatter" and a.get("reduce") is not None:
         return "a reduce argument"
     if node.op == "scatter_reduce" and (
-        a.get("reduce") not in _SCATTER_REDUCE or a.get("include_self") is not True
-        or not isinstance(src, Ref)
+        a.get("reduce") not in _SCATTER_REDUCE or not isinstance(src, Ref)
+        or (a.get("include_self") is not True and node.dtype != "float32")
     ):
-        return "reduce must be sum, amax or amin, with include_self and a tensor src"
+        return "reduce must be sum, amax or amin, with a tensor src (float32 without include_self)"
     if isinstance(src, Ref) and (
         ir.dtypes.get(src) != node.dtype
         or len(ir.shapes[src]) != len(space)
