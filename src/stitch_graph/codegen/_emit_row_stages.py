@@ -42,7 +42,7 @@ class _RowStagesEmitter(_EmitterBase):
         in_shape = ir.shapes[anchor.args["input"]]
         layout = row_layout(in_shape, reduction_dims(ir, anchor))
         if layout is None or layout[2] != 1:
-            msg = f"{g.id}: two reductions in one kernel need rows whose reduced dims come last"
+            msg = f"{g.id}: staged reductions need rows whose reduced dims come last"
             raise EmitError(msg)
         rows, length = layout[0], layout[1]
         index = "long long" if numel(in_shape) >= 2**31 else "int"
@@ -60,7 +60,7 @@ class _RowStagesEmitter(_EmitterBase):
             m for m in candidates if readers_past_views(ir, [m.name], users, is_view(ir)) - inside
         ]
         if any(numel(m.shape) != rows or m.name not in env for m in beside):
-            msg = f"{g.id}: results stored beside two staged reductions are one value a row"
+            msg = f"{g.id}: results stored beside staged reductions are one value a row"
             raise EmitError(msg)
         stores = [f"{args.store(Ref('node', m.name))}[r] = {env[m.name]};" for m in beside]
         threads = _row_threads(math.ceil(length / 4), rows)  # four elements a thread or more
