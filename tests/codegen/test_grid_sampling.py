@@ -1,6 +1,7 @@
 """A spatial transformer's two steps, ``F.affine_grid`` and bilinear ``F.grid_sample`` (zeros
 and border padding, both ``align_corners``), generated whole and matching PyTorch in the CPU
-emulation, coordinates outside the input included; other modes stay in PyTorch."""
+emulation, coordinates outside the input included, from a traced forward or an exported one;
+other modes stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ EXPRS = [
     "F.grid_sample(x, g * 1.6, padding_mode='border', align_corners=False)",
     "F.affine_grid(theta, (3, 5, 4, 7), align_corners=False)",
     "F.grid_sample(x, F.affine_grid(theta, (3, 5, 6, 8), align_corners=True), align_corners=True)",
+    # the size as a list of the input's dims: a forward fx cannot trace, exported as ATen's
+    # affine_grid_generator and grid_sampler
+    "F.grid_sample(x, F.affine_grid(theta, list(x.shape), align_corners=False), align_corners=False)",
 ]
 
 

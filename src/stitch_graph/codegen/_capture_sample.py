@@ -22,13 +22,23 @@ from stitch_graph.codegen.ir import ProgramIR, Ref
 SAMPLE_SIGNATURES = {
     "affine_grid": "theta, size, align_corners=None",
     "grid_sample": "input, grid, mode='bilinear', padding_mode='zeros', align_corners=None",
+    # the ATen calls a forward exported by torch.export holds (modes as PyTorch's enums)
+    "affine_grid_generator": "theta, size, align_corners",
+    "grid_sampler": "input, grid, interpolation_mode, padding_mode, align_corners",
 }
+_MODES = ("bilinear", "nearest", "bicubic")
+_PADDINGS = ("zeros", "border", "reflection")
 
 
 def sample(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
     """The call in registry ops; ``None`` where it is outside what this reproduces."""
-    if name == "affine_grid":
+    if name in ("affine_grid", "affine_grid_generator"):
         return _affine_grid(ir, b, a["theta"], a["size"], bool(a["align_corners"]))
+    if name == "grid_sampler":
+        mode, padding = a.pop("interpolation_mode"), a["padding_mode"]
+        if mode not in range(len(_MODES)) or padding not in range(len(_PADDINGS)):
+            return None
+        a = {**a, "mode": _MODES[mode], "padding_mode": _PADDINGS[padding]}
     return _grid_sample(ir, b, a)
 
 
