@@ -210,14 +210,11 @@ class _ScatterEmitter(_EmitterBase):
         py = ", ".join([*(_py(r) for r in args.refs), node.name])
         # include_self=False: the positions a source element reaches start from the
         # reduction's identity, not the input (those no element reaches keep the input)
-        reset = (
-            _reset_targets(ir, node, kernel, block, space, dim, target, shape)
-            if node.op == "scatter_reduce" and node.args.get("include_self") is False
-            else []
-        )
-        if reset:
-            self.kernels.append("\n".join(reset[0]))
-            reset = [f"KERNELS.{kernel}_reset({grid}, {block}, {reset[1]}, {node.name})"]
+        reset: list[str] = []
+        if node.op == "scatter_reduce" and node.args.get("include_self") is False:
+            source, index_arg = _reset_targets(ir, node, kernel, block, space, dim, target, shape)
+            self.kernels.append("\n".join(source))
+            reset = [f"KERNELS.{kernel}_reset({grid}, {block}, {index_arg}, {node.name})"]
         if _writable_input(ir, node, g):
             self.kernels.append("\n".join(src_lines))
             return [

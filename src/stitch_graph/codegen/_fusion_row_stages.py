@@ -5,7 +5,8 @@ entropy), a max over ``exp(x / t - lse)`` (a calibration's confidence): the late
 loads read the earlier one's per-row result, so they were two kernels, each reading the rows
 from memory, with the result stored between them. Here the later group takes the earlier one
 as its ``before`` stage: one kernel reduces a row, keeps the result in registers and reads the
-row again for the second reduction, from L1 or L2 where the row fits.
+row again for the next reduction, from L1 or L2 where the row fits (up to four stages: a
+maximum, a sum of ``exp(x - m)``, a sum weighted by the resulting probabilities).
 
 Only rows whose reduced dims are the last ones are staged (the row kernel is the one layout
 with both passes), and only where the rows are many enough that a row each leaves no GPU idle.
@@ -270,13 +271,3 @@ def _reads_through_views(
                 todo.append(ref.name)
     return found
 
-
-def _readers_of(
-    ir: ProgramIR, first: list[str], members: list[str], is_view: Callable[[OpNode], bool]
-) -> set[str]:
-    """The members that read ``first``'s results, directly or through members and views."""
-    found = set(first)
-    for m in members:  # evaluation order: a reader comes after what it reads
-        if m not in found and _reads_through_views(ir, [m], set(members), is_view) & found:
-            found.add(m)
-    return found - set(first)

@@ -925,7 +925,7 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
             if len(anchors) > 1 and {kinds[a] for a in anchors} == {"reduction"}
             else None
         )
-        if staged is not None:  # an anchor reads another's result: two passes of one kernel
+        if staged is not None:  # an anchor reads another's result: stages of one kernel
             groups.append(staged)
             continue
         # further reductions are siblings when no anchor reads another: the same pass
