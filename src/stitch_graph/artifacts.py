@@ -72,6 +72,11 @@ class TodoItem(BaseModel):
     fusion: str = Field(default="", description="What is fused and why; where boundaries fall.")
     constraints: list[str] = Field(default_factory=list)
     kind: Literal["pointwise", "reduction", "norm", "gemm", "conv", "host", "other"] = "other"
+    stages: list[list[str]] = Field(
+        default_factory=list,
+        description="A staged reduction's anchors, stage by stage, the first first (empty for "
+        "one pass).",
+    )
     status: Literal["pending", "done", "failed"] = "pending"
     note: str = ""
 

@@ -57,6 +57,20 @@ s = (x - m).abs().sum(-1, keepdim=True)
 return ((x - m) / s).pow(2).sum(-1) + m.squeeze(-1)
 """
 
+# SupCon's shape: the last stage sums a mask beside the masked log-probabilities, a sum that
+# reads no earlier stage, and the mask is computed there, for both
+MASKED_LOG_PROBS = """
+n = x.shape[0]
+labels = (x[: n // 2, 0] > 0).long()
+logits = x @ x.T
+logits = logits - logits.max(dim=1, keepdim=True)[0]
+mask = torch.eq(labels.view(-1, 1), labels.view(1, -1)).float().repeat(2, 2)
+keep = torch.scatter(torch.ones_like(mask), 1, torch.arange(n).view(-1, 1), 0)
+mask = mask * keep
+log_prob = logits - torch.log((torch.exp(logits) * keep).sum(1, keepdim=True))
+return (mask * log_prob).sum(1) / mask.sum(1).clamp_min(1.0)
+"""
+
 CONFIDENCE = """
 confidence, predicted = torch.max(F.softmax(x, dim=1), 1)
 return confidence * 2.0, predicted
@@ -70,6 +84,7 @@ CASES: dict[str, tuple[str, tuple[int, ...], int]] = {
     "entropy": (ENTROPY, (6, 4, 257), 2),
     "three_stages": (THREE_STAGES, (50, 96), 3),
     "confidence": (CONFIDENCE, (37, 300), 2),
+    "masked_log_probs": (MASKED_LOG_PROBS, (128, 16), 3),
 }
 
 
@@ -91,6 +106,8 @@ def test_the_plan_rebuilds_the_stages() -> None:
     ir = capture_program(load_task(_source(THREE_STAGES, (50, 96))))
     plan = plan_program(ir)
     scheduled = {g.id: g for g in schedule.schedule_program(ir)}
+    (item,) = [i for i in plan.items if i.stages]
+    assert len(item.stages) == 3  # the plan names each stage's anchors
     for group in groups_from_plan(ir, plan):
         mine = scheduled[group.id]
         assert group.members == mine.members

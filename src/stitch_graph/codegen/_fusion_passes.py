@@ -238,6 +238,37 @@ def join_row_passes(
     after that launch. ``fits`` is the scheduler's test of sibling reductions."""
     order = {n.name: i for i, n in enumerate(ir.nodes)}
 
+    def join(a: Group, b: Group) -> Callable[[], None] | None:
+        if not fits(ir, a, b) or not _per_row(ir, a) or not _per_row(ir, b):
+            return None
+
+        def apply() -> None:
+            anchors = sorted([*a.anchors, *b.anchors], key=order.__getitem__)
+            b.anchor, b.siblings = anchors[0], anchors[1:]
+            b.prologue = [*a.prologue, *b.prologue]
+            b.epilogue = [*a.epilogue, *b.epilogue]
+
+        return apply
+
+    def readers(a: Group) -> set[str]:
+        return {u for m in a.members for u in users.get(m, [])}
+
+    join_reduction_pairs(ir, groups, group_of, join, readers)
+
+
+def join_reduction_pairs(
+    ir: ProgramIR,
+    groups: list[Group],
+    group_of: dict[str, Group],
+    join: Callable[[Group, Group], Callable[[], None] | None],
+    readers: Callable[[Group], set[str]],
+) -> None:
+    """Join reduction groups pairwise, the later ``b`` taking the earlier ``a``, until no pair
+    joins. ``join(a, b)`` gives the change that joins them, or ``None`` where they do not fit;
+    a pair whose earlier group has a reader outside both (``readers``) that runs before the
+    later one's launch stays apart, since the joined kernel launches where ``b`` did."""
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+
     def launch(name: str) -> int:  # where a node's kernel or host line runs
         g = group_of.get(name)
         return order[g.output] if g is not None else order.get(name, len(order))
@@ -248,18 +279,15 @@ def join_row_passes(
         rows = sorted((g for g in groups if g.kind == "reduction"), key=lambda g: order[g.output])
         for i, a in enumerate(rows):
             for b in rows[i + 1 :]:
-                if not fits(ir, a, b) or not _per_row(ir, a) or not _per_row(ir, b):
+                apply = join(a, b)
+                if apply is None:
                     continue
-                inside = {*a.members, *b.members}
-                later = order[b.output]
-                if any(u != "output" and launch(u) <= later
-                       for m in a.members for u in users.get(m, []) if u not in inside):
-                    continue  # a reader of the earlier result runs before the joined pass
-                anchors = sorted([*a.anchors, *b.anchors], key=order.__getitem__)
-                b.anchor, b.siblings = anchors[0], anchors[1:]
-                b.prologue = [*a.prologue, *b.prologue]
-                b.epilogue = [*a.epilogue, *b.epilogue]
-                for m in a.members:
+                inside, later = {*a.members, *b.members}, order[b.output]
+                if any(u != "output" and u not in inside and launch(u) <= later
+                       for u in readers(a)):
+                    continue  # a reader of the earlier result runs before the joined kernel
+                apply()
+                for m in b.members:
                     group_of[m] = b
                 groups.remove(a)
                 changed = True

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from stitch_graph.codegen._fusion_passes import join_reduction_pairs
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, numel
 
 _MOST_ANCHORS = 3  # reductions of one stage (the accumulators' pair or triple)
@@ -37,36 +38,22 @@ def join_dependent_row_passes(
     """Give each reduction group whose loads read an earlier reduction of the same rows, one
     value a row, that reduction as its ``before`` stage. The earlier group's results that other
     kernels read are stored beside, so each such reader must run after the joined kernel."""
-    order = {n.name: i for i, n in enumerate(ir.nodes)}
 
-    def launch(name: str) -> int:
-        g = group_of.get(name)
-        return order[g.output] if g is not None else order.get(name, len(order))
+    def join(a: Group, b: Group) -> Callable[[], None] | None:
+        head = stages(b)[0]
+        first, lifted = _lifted(ir, a, head, users)
+        if not stages_fit(ir, first, [lifted, *stages(b)[1:]], is_view, rows_of):
+            return None
 
-    changed = True
-    while changed:
-        changed = False
-        rows = sorted((g for g in groups if g.kind == "reduction"), key=lambda g: order[g.output])
-        for i, a in enumerate(rows):
-            for b in rows[i + 1 :]:
-                head = stages(b)[0]
-                first, lifted = _lifted(ir, a, head, users)
-                if not stages_fit(ir, first, [lifted, *stages(b)[1:]], is_view, rows_of):
-                    continue
-                inside = {*a.members, *b.members}
-                later = order[b.output]
-                readers = readers_past_views(ir, a.members, users, is_view)
-                if any(u != "output" and u not in inside and launch(u) <= later for u in readers):
-                    continue  # a reader of the earlier result runs before the joined kernel
-                a.epilogue, a.output = first.epilogue, first.output
-                head.prologue, head.before = lifted.prologue, a
-                for m in a.members:
-                    group_of[m] = b
-                groups.remove(a)
-                changed = True
-                break
-            if changed:
-                break
+        def apply() -> None:
+            a.epilogue, a.output = first.epilogue, first.output
+            head.prologue, head.before = lifted.prologue, a
+
+        return apply
+
+    join_reduction_pairs(
+        ir, groups, group_of, join, lambda a: readers_past_views(ir, a.members, users, is_view)
+    )
 
 
 def stages_fit(
@@ -174,15 +161,20 @@ def staged_group(
     members: list[str],
     anchors: list[str],
     is_view: Callable[[OpNode], bool],
+    given: list[list[str]] | None = None,
 ) -> Group | None:
     """The staged group a plan item's members make, or ``None`` when no anchor reads another.
-    A stage's anchors read only earlier stages' results; it loads what they read that no
-    earlier stage computes, and its epilogue holds the per-row values later stages read."""
+    A stage's anchors are ``given`` (the plan's, stage by stage), else the earliest stage
+    after every anchor they read; it loads what they read that no earlier stage computes, and
+    its epilogue holds the per-row values later stages read."""
     inside = set(members)
     reads = {x: _reads_through_views(ir, [x], inside, is_view) for x in anchors}
-    level: dict[str, int] = {}
-    for x in anchors:  # evaluation order: what an anchor reads comes before it
-        level[x] = 1 + max((level[y] for y in anchors if y in reads[x] and y in level), default=-1)
+    level: dict[str, int] = {x: k for k, stage in enumerate(given or []) for x in stage}
+    if set(level) != set(anchors):
+        level = {}
+        for x in anchors:  # evaluation order: what an anchor reads comes before it
+            level[x] = 1 + max((level[y] for y in anchors if y in reads[x] and y in level),
+                               default=-1)
     depth = max(level.values(), default=0) + 1
     if depth < 2:
         return None

@@ -41,7 +41,11 @@ from stitch_graph.codegen._fusion_passes import (
     joins_storing,
     stores_beside,
 )
-from stitch_graph.codegen._fusion_row_stages import join_dependent_row_passes, staged_group
+from stitch_graph.codegen._fusion_row_stages import (
+    join_dependent_row_passes,
+    staged_group,
+    stages,
+)
 from stitch_graph.codegen._indexed_rules import indexed_ok, own_position_operands
 from stitch_graph.codegen._rnn_fit import persistent_fit
 from stitch_graph.codegen._scatter_rules import scatter_operands, scatter_unsupported
@@ -825,6 +829,7 @@ def plan_program(ir: ProgramIR, *, hotspots: list[Hotspot] = ()) -> Plan:  # typ
                 fusion=_fusion_text(ir, group),
                 constraints=_constraints(ir, group),
                 kind=_ITEM_KIND[group.kind],  # type: ignore[arg-type]
+                stages=[s.anchors for s in stages(group)] if group.before else [],
                 note=f"estimated {estimates[-1]:.1f} us",
             )
         )
@@ -921,7 +926,7 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
             groups.append(Group(item.id, "pointwise", None, [], members, members[-1]))
             continue
         staged = (
-            staged_group(ir, item.id, members, anchors, is_view(ir))
+            staged_group(ir, item.id, members, anchors, is_view(ir), item.stages)
             if len(anchors) > 1 and {kinds[a] for a in anchors} == {"reduction"}
             else None
         )
