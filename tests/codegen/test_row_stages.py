@@ -121,3 +121,16 @@ def test_a_result_read_per_element_or_over_other_rows_is_not_staged() -> None:
     for body in (rewritten, other_rows):
         ir = capture_program(load_task(_source(body, (64, 96))))
         assert all(g.before is None for g in schedule.schedule_program(ir)), body
+
+
+def test_a_plan_whose_stages_cannot_be_rebuilt_says_so() -> None:
+    """Without the stages it names, the rebuilt first stage would compute the mask the last
+    one reads: an error that says to re-plan, never a program that reads what no kernel
+    stored."""
+    ir = capture_program(load_task(_source(MASKED_LOG_PROBS, (128, 16))))
+    plan = plan_program(ir)
+    for item in plan.items:
+        item.stages = []
+    with pytest.raises(ValueError, match="re-plan"):
+        groups_from_plan(ir, plan)
+

@@ -196,6 +196,14 @@ def staged_group(
         assigned |= loads | row_values | set(mine)
         parts.append((mine, loads, set()))
     parts[-1][2].update(inside - assigned)
+    for k, (mine, loads, epilogue) in enumerate(parts[1:], start=1):
+        earlier = set().union(*(p[1] for p in parts[:k]))  # values per element, gone by now
+        reads = {_through_views(ir, r.name, is_view) for m in [*mine, *loads, *epilogue]
+                 for r in ir.node(m).tensor_refs() if r.kind == "node"}
+        if reads & earlier:
+            msg = (f"plan item {gid}: stage {k} reads {sorted(reads & earlier)}, values an "
+                   "earlier stage computes per element; re-plan from this program")
+            raise ValueError(msg)
     group: Group | None = None
     for k, (mine, loads, epilogue) in enumerate(parts):
         last = k == depth - 1
