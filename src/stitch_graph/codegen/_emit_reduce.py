@@ -78,6 +78,15 @@ def _row_threads(units: int, rows: int) -> int:
     return min(threads, 1024)
 
 
+def _row_combine(threads: int, acc: str) -> str:
+    """The line that gives every one of a row's ``threads`` its row's ``acc`` combined: shuffles
+    within a warp, shared memory across warps, nothing for a thread a row."""
+    if threads == 1:
+        return ""
+    call = f"sg_group_reduce<{threads}>" if threads <= 32 else "sg_block_reduce"
+    return f"{acc} = {call}({acc});"
+
+
 def _gathered_index(runs: list[tuple[int, bool]]) -> str:
     """Input offset of element ``k`` of row ``r`` when the reduced runs are not adjacent: ``k``
     counts over the reduced runs, ``r`` over the kept ones, each in memory order."""
@@ -852,12 +861,7 @@ class _ReduceEmitter(_EmitterBase):
                 f"  if ({inside}) acc.update(x[j], u);",
                 "}",
             ]
-        if threads == 1:
-            reduce_line = ""
-        elif threads <= 32:
-            reduce_line = f"acc = sg_group_reduce<{threads}>(acc);"
-        else:
-            reduce_line = "acc = sg_block_reduce(acc);"
+        reduce_line = _row_combine(threads, "acc")
         src_lines = [
             f"// {node.op} over the last {length} element(s) of {rows} row(s): {threads} "
             f"thread(s) a row, {batch} {'float4' if vec else 'scalar'} loads in flight a thread"

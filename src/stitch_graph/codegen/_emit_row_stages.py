@@ -18,7 +18,7 @@ from stitch_graph.codegen._emit_base import (
     _Args,
     _EmitterBase,
 )
-from stitch_graph.codegen._emit_reduce import _row_threads
+from stitch_graph.codegen._emit_reduce import _row_combine, _row_threads
 from stitch_graph.codegen._fusion_row_stages import (
     readers_past_views,
     row_value_source,
@@ -66,12 +66,6 @@ class _RowStagesEmitter(_EmitterBase):
         threads = _row_threads(math.ceil(length / 4), rows)  # four elements a thread or more
         block = max(threads, 256) if threads <= 32 else threads
         per_block = block // threads
-        if threads == 1:
-            reduce = ""
-        elif threads <= 32:
-            reduce = f"sg_group_reduce<{threads}>"
-        else:
-            reduce = "sg_block_reduce"
         otype = _CTYPE.get(out.dtype, "float")
 
         def row_loop(acc: str, name: str, pre: list[str], value: str) -> list[str]:
@@ -83,7 +77,7 @@ class _RowStagesEmitter(_EmitterBase):
                 *(f"      {line}" for line in pre),
                 f"      {name}.update({value}, k);",
                 "    }",
-                *([f"    {name} = {reduce}({name});"] if reduce else []),
+                *([f"    {_row_combine(threads, name)}"] if threads > 1 else []),
             ]
 
         ops = ", then ".join("/".join(ir.node(a).op for a in s.anchors) for s in stages(g))

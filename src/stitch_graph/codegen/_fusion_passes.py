@@ -51,6 +51,30 @@ def _through_parameter(
     return next((k for k, v in producer.args.items() if v == operands[0]), None)
 
 
+def read_inside(
+    ir: ProgramIR,
+    start: list[str],
+    inside: set[str],
+    through: Callable[[OpNode], bool] | None = None,
+) -> set[str]:
+    """The members of ``inside`` that ``start`` reads, directly, through other members, or
+    through the nodes ``through`` accepts (views, which run on the host in no kernel)."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        for ref in ir.node(todo.pop()).tensor_refs():
+            if ref.kind != "node" or ref.name in seen:
+                continue
+            seen.add(ref.name)
+            if ref.name in inside:
+                found.add(ref.name)
+                todo.append(ref.name)
+            elif through is not None and through(ir.node(ref.name)):
+                todo.append(ref.name)
+    return found
+
+
 def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     """Whether ``shape`` broadcasts into ``to``."""
     if len(shape) > len(to):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from stitch_graph.codegen._fusion_passes import join_reduction_pairs
+from stitch_graph.codegen._fusion_passes import join_reduction_pairs, read_inside
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, numel
 
 _MOST_ANCHORS = 3  # reductions of one stage (the accumulators' pair or triple)
@@ -105,7 +105,7 @@ def stages_fit(
                 if _squeezed(tuple(ir.shapes[ref])) != keep:
                     return False
                 read = True
-    return read and not _reads_through_views(
+    return read and not read_inside(
         ir, a.members, {m for g in later for m in g.members}, is_view
     )
 
@@ -168,7 +168,7 @@ def staged_group(
     after every anchor they read; it loads what they read that no earlier stage computes, and
     its epilogue holds the per-row values later stages read."""
     inside = set(members)
-    reads = {x: _reads_through_views(ir, [x], inside, is_view) for x in anchors}
+    reads = {x: read_inside(ir, [x], inside, is_view) for x in anchors}
     level: dict[str, int] = {x: k for k, stage in enumerate(given or []) for x in stage}
     if set(level) != set(anchors):
         level = {}
@@ -188,7 +188,7 @@ def staged_group(
         row_values = {  # per-row values of earlier stages' results
             m for m in read
             if numel(tuple(ir.node(m).shape)) == per_row
-            and _reads_through_views(ir, [m], inside, is_view) & before
+            and read_inside(ir, [m], inside, is_view) & before
         }
         if k:
             parts[-1][2].update(row_values)
@@ -250,24 +250,4 @@ def _through_views(ir: ProgramIR, name: str, is_view: Callable[[OpNode], bool]) 
         node = ir.node(src.name)
     return node.name
 
-
-def _reads_through_views(
-    ir: ProgramIR, start: list[str], inside: set[str], is_view: Callable[[OpNode], bool]
-) -> set[str]:
-    """The members of ``inside`` that ``start`` reads, directly, through other members, or
-    through views (host-side nodes that are no member of any kernel)."""
-    found: set[str] = set()
-    seen: set[str] = set()
-    todo = list(start)
-    while todo:
-        for ref in ir.node(todo.pop()).tensor_refs():
-            if ref.kind != "node" or ref.name in seen:
-                continue
-            seen.add(ref.name)
-            if ref.name in inside:
-                found.add(ref.name)
-                todo.append(ref.name)
-            elif is_view(ir.node(ref.name)):
-                todo.append(ref.name)
-    return found
 

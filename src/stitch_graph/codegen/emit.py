@@ -418,8 +418,9 @@ def emit_candidate(
     for node in ir.nodes:
         if node.name in launch_at:
             body.extend(launch_at[node.name])
-            stored = _assigned(body)
-            for view, line in deferred.pop(node.name, []):
+            pending = deferred.pop(node.name, [])
+            stored = _assigned(body) if pending else set()
+            for view, line in pending:
                 if all(r.kind != "node" or r.name in stored for r in view.tensor_refs()):
                     body.append(line)
                     stored.add(view.name)

@@ -41,6 +41,7 @@ from stitch_graph.codegen._fusion_passes import (
     joins_storing,
     stores_beside,
 )
+from stitch_graph.codegen._fusion_passes import read_inside as _read_inside
 from stitch_graph.codegen._fusion_row_stages import (
     join_dependent_row_passes,
     staged_group,
@@ -962,16 +963,3 @@ def is_view(ir: ProgramIR) -> Callable[[OpNode], bool]:
     """Whether a node of ``ir`` is a view (host-side, in no kernel)."""
     return lambda node: node_kind(ir, node)[0] == "view"
 
-
-def _read_inside(ir: ProgramIR, start: list[str], inside: set[str]) -> set[str]:
-    """The members of ``inside`` that ``start`` reads, directly or through other members."""
-    found: set[str] = set()
-    todo = list(start)
-    while todo:
-        for ref in ir.node(todo.pop()).tensor_refs():
-            if ref.kind != "node" or ref.name in found:
-                continue
-            if ref.name in inside:
-                found.add(ref.name)
-                todo.append(ref.name)
-    return found
