@@ -392,8 +392,13 @@ def emit_candidate(
         emitter, launch_at, covered = _emit_groups(ir, groups, wanted, tuning, kernels_by_id, kept)
     body: list[str] = []
     declared: list[str] = []
+    # PyTorch calls that read no tensor (a ``torch.randn`` of h0): run ahead of a CUDA graph
+    # in their order, so a replay draws no numbers of its own and the draws stay eager's
+    drawn: list[tuple[str, str]] = []
+    inner_declared = False
     tensor_inputs = [name for name, shape in ir.inputs if shape is not None]
-    body.append(f"_dev = {tensor_inputs[0]}.device" if tensor_inputs else "_dev = 'cuda'")
+    device_line = f"_dev = {tensor_inputs[0]}.device" if tensor_inputs else "_dev = 'cuda'"
+    body.append(device_line)
     for position in ir.task.varying_inputs:  # kernels hold one draw's sizes: refuse others
         name, shape = ir.inputs[position] if position < len(ir.inputs) else (None, None)
         if name is not None and shape is not None:
@@ -444,6 +449,10 @@ def emit_candidate(
         elif _dense_element_of_torch_tuple(ir, node, covered):
             line += ".contiguous()"  # a batch-first RNN's output is a transposed view
         body.append(line)
+        if kind != "view" and not node.tensor_refs():
+            drawn.append((node.name, line))
+        elif kind != "view":
+            inner_declared = True
         if kind != "view":
             # the reference op and the PyTorch call that computes it (matmul may run as bmm)
             # and the copy an in-place call left to PyTorch writes (``_torch_line``)
@@ -478,12 +487,16 @@ def emit_candidate(
         task=ir.task.name, n_items=len(plan.items), declared=note, params=params, inputs=inputs
     )
     graphed = (tuning.cuda_graph if tuning.cuda_graph is not None else plan.host.cuda_graph) and (
-        not declared and not guards  # a replay could not check a guard
+        not inner_declared and not guards  # a replay could not check a guard
     )
     if graphed:  # launch-bound: the runtime captures _launch in a CUDA graph and replays it
-        header += (
-            f"        return KERNELS.graphed(self, self._launch, {inputs})\n\n"
-            f"    def _launch(self, {inputs}):\n"
+        for _, line in drawn:
+            body.remove(line)
+        passed = ", ".join([*(n for n, _ in ir.inputs), *(n for n, _ in drawn)]) or "*args"
+        ahead = [device_line, *(line for _, line in drawn)] if drawn else []
+        header += "".join(f"        {line}\n" for line in ahead) + (
+            f"        return KERNELS.graphed(self, self._launch, {passed})\n\n"
+            f"    def _launch(self, {passed}):\n"
         )
     kernels, renamed = merge_identical(emitter.kernels)
     host = relaunch(header + "".join(f"        {line}\n" for line in body), renamed)
