@@ -15,7 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase, _line_layout
+from stitch_graph.codegen._emit_base import (
+    _CTYPE,
+    _MAX_GRID,
+    _TORCH_DTYPE,
+    _Args,
+    _EmitterBase,
+    _line_layout,
+    _py,
+)
 from stitch_graph.codegen.ir import Group, OpNode, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -166,12 +174,12 @@ class _SortEmitter(_EmitterBase):
         """The ``k`` best keys of each line, in order (``topk_values``, ``topk_indices``), for
         lines too long to sort in one block.
 
-        A block per line finds the k-th key by radix select: each pass histograms one 8-bit
-        digit of the 64-bit keys (the float's key, then its position) over the line's elements
-        that match the digits found so far, and a warp picks the digit holding the k-th; it
-        stops once that digit's elements are all wanted. The k keys at or below the prefix are
-        then gathered into shared memory, sorted, and stored. Keys carry their positions, so
-        ties go to the first position, as in PyTorch, and exactly k keys are gathered."""
+        A block per line finds the k-th key by radix select (``_radix_select``), gathers the k
+        keys at or below it into shared memory, sorts and stores them. Keys carry their
+        positions, so ties go to the first position, as in PyTorch, and exactly k keys are
+        gathered. Where a few lines would leave most SMs idle, each line is cut into chunks
+        (``_topk_chunks``): a block per chunk selects the chunk's k best keys into a workspace,
+        then a block per line selects the k best of those."""
         ir = self.ir
         node = ir.node(g.anchor or "")
         x: Ref = node.args["input"]
@@ -196,64 +204,49 @@ class _SortEmitter(_EmitterBase):
             "        const unsigned long long full = ((unsigned long long)key << 32) | (unsigned int)e;",  # noqa: E501
         ]
         stored = "(long long)(sel[j] & 0xFFFFFFFFull)" if indices else _value("(unsigned int)(sel[j] >> 32)", largest)  # noqa: E501
+        what = f"topk ({'largest' if largest else 'smallest'} {k}{', positions' if indices else ''})"
+        chunks = _topk_chunks(lines_n, length, k, tun.split_reduction)
+        final_loop, final_load = f"int e = threadIdx.x; e < {length}", load
+        params: list[str] = []
+        if chunks > 1:
+            span = math.ceil(length / chunks)
+            src = [
+                f"// {what}, first stage: {lines_n} line(s) of {length} element(s) in {chunks} "
+                f"chunks of {span}, a block per chunk selecting its {k} best keys",
+                f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}_part('
+                f"{code.args.signature(['unsigned long long* __restrict__ cand'])}) {{",
+                *_select_shared(shifts, padded),
+                f"  for (int q = blockIdx.x; q < {lines_n * chunks}; q += gridDim.x) {{",
+                f"    const {index} r = q / {chunks};",
+                f"    const {index} b = {base};",
+                f"    const int e0 = (q % {chunks}) * {span};",
+                f"    const int e1 = e0 + {span} < {length} ? e0 + {span} : {length};",
+                *_radix_select(
+                    f"e1 - e0 < {k} ? e1 - e0 : {k}",
+                    "int e = e0 + threadIdx.x; e < e1", load, threads, padded,
+                ),
+                f"    for (int j = threadIdx.x; j < {k}; j += {threads}) "
+                f"cand[(long long)q * {k} + j] = sel[j];",
+                "    __syncthreads();  // the next chunk reuses the shared arrays",
+                "  }",
+                "}",
+            ]
+            self.kernels.append("\n".join(src))
+            final_loop = f"int e = threadIdx.x; e < {chunks * k}"
+            final_load = [
+                f"        const unsigned long long full = cand[(long long)r * {chunks * k} + e];"
+            ]
+            params = ["const unsigned long long* __restrict__ cand"]
+        among = f" among the chunks' {chunks * k} best" if chunks > 1 else ""
         src = [
-            f"// topk ({'largest' if largest else 'smallest'} {k}{', positions' if indices else ''}) "
-            f"of {length} element(s) in {lines_n} line(s): a block per line, radix select of the "
-            f"k-th key, the {k} keys sorted in shared memory",
+            f"// {what} of {length} element(s) in {lines_n} line(s): a block per line, radix "
+            f"select of the k-th key{among}, the {k} keys sorted in shared memory",
             f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
-            f"{code.args.signature([f'{code.otype}* __restrict__ out'])}) {{",
-            "  __shared__ unsigned int hist[256];",
-            f"  __shared__ unsigned long long sel[{padded}];",
-            "  __shared__ unsigned long long s_prefix;",
-            "  __shared__ unsigned int s_need, s_done, s_count;",
-            f"  const int shifts[{len(shifts)}] = {{{', '.join(map(str, shifts))}}};",
+            f"{code.args.signature([*params, f'{code.otype}* __restrict__ out'])}) {{",
+            *_select_shared(shifts, padded),
             f"  for ({index} r = blockIdx.x; r < {lines_n}; r += gridDim.x) {{",
             f"    const {index} b = {base};",
-            "    unsigned long long prefix = 0ull, mask = 0ull;",
-            f"    unsigned int need = {k};",
-            "    #pragma unroll",
-            f"    for (int p = 0; p < {len(shifts)}; ++p) {{",
-            "      const int shift = shifts[p];",
-            f"      for (int d = threadIdx.x; d < 256; d += {threads}) hist[d] = 0u;",
-            "      __syncthreads();",
-            f"      for (int e = threadIdx.x; e < {length}; e += {threads}) {{",
-            *load,
-            "        if ((full & mask) == prefix) atomicAdd(&hist[(full >> shift) & 255u], 1u);",
-            "      }",
-            "      __syncthreads();",
-            "      if (threadIdx.x < 32) {  // a warp finds the digit holding the need-th key",
-            "        unsigned int c[8], sum = 0u;",
-            "        for (int j = 0; j < 8; ++j) { c[j] = hist[threadIdx.x * 8 + j]; sum += c[j]; }",
-            "        unsigned int upto = sum;",
-            "        for (int o = 1; o < 32; o <<= 1) {",
-            "          const unsigned int t = __shfl_up_sync(0xFFFFFFFFu, upto, o);",
-            "          if (threadIdx.x >= o) upto += t;",
-            "        }",
-            "        unsigned int before = upto - sum;",
-            "        if (before < need && need <= upto) {",
-            "          int j = 0;",
-            "          while (before + c[j] < need) before += c[j++];",
-            "          s_prefix = prefix | ((unsigned long long)(threadIdx.x * 8 + j) << shift);",
-            "          s_need = need - before;",
-            "          s_done = c[j] == need - before;",
-            "        }",
-            "      }",
-            "      __syncthreads();",
-            "      prefix = s_prefix;",
-            "      mask |= 255ull << shift;",
-            "      need = s_need;",
-            "      const bool done = s_done;",
-            "      __syncthreads();  // every thread has read the digit before the next pass",
-            "      if (done) break;",
-            "    }",
-            f"    for (int j = threadIdx.x; j < {padded}; j += {threads}) sel[j] = ~0ull;",
-            "    if (threadIdx.x == 0) s_count = 0u;",
-            "    __syncthreads();",
-            f"    for (int e = threadIdx.x; e < {length}; e += {threads}) {{",
-            *load,
-            "        if ((full & mask) <= prefix) sel[atomicAdd(&s_count, 1u)] = full;",
-            "    }",
-            "    __syncthreads();",
+            *_radix_select(str(k), final_loop, final_load, threads, padded),
             *_bitonic("sel", "unsigned long long", padded, threads),
             *code.store("j", k, threads, f"{out_base} + ({index})j * {out_inner}", index, stored),
             "    __syncthreads();  // the next line reuses the shared arrays",
@@ -261,4 +254,97 @@ class _SortEmitter(_EmitterBase):
             "}",
         ]
         grid = max(1, min(lines_n, _MAX_GRID))
-        return self._add_kernel(src, kernel, grid, threads, code.args, ir.node(g.output))
+        out = ir.node(g.output)
+        if chunks == 1:
+            return self._add_kernel(src, kernel, grid, threads, code.args, out)
+        self.kernels.append("\n".join(src))
+        ws, refs = f"_ws_{g.id}", [_py(r) for r in code.args.refs]
+        return [
+            f"{ws} = torch.empty({lines_n * chunks * k}, device=_dev, dtype=torch.int64)",
+            f"KERNELS.{kernel}_part({max(1, min(lines_n * chunks, _MAX_GRID))}, {threads}, "
+            f"{', '.join([*refs, ws])})",
+            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
+            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
+            f"KERNELS.{kernel}({grid}, {threads}, {', '.join([*refs, ws, out.name])})",
+        ]
+
+
+def _topk_chunks(lines: int, length: int, k: int, split: bool | None) -> int:
+    """Blocks that share one line of a top-k: enough for about ``_TOPK_BLOCKS`` blocks where a
+    few long lines would each hold one SM (8 lines of 672,000: 8 SMs of 132 busy), each chunk
+    at least 8k long so that the second stage reads a small share of the line. ``split``
+    forces either form where the line is long enough."""
+    if split is False:
+        return 1
+    most = length // (8 * k)
+    want = max(2, _TOPK_BLOCKS // lines) if split else _TOPK_BLOCKS // lines
+    chunks = min(want, most, 64)
+    return chunks if chunks >= 2 else 1
+
+
+_TOPK_BLOCKS = 256  # two blocks an SM of an H100 or H200
+
+
+def _select_shared(shifts: list[int], padded: int) -> list[str]:
+    """The shared arrays and digit order of ``_radix_select``."""
+    return [
+        "  __shared__ unsigned int hist[256];",
+        f"  __shared__ unsigned long long sel[{padded}];",
+        "  __shared__ unsigned long long s_prefix;",
+        "  __shared__ unsigned int s_need, s_done, s_count;",
+        f"  const int shifts[{len(shifts)}] = {{{', '.join(map(str, shifts))}}};",
+    ]
+
+
+def _radix_select(need0: str, loop: str, load: list[str], threads: int, padded: int) -> list[str]:
+    """Lines leaving in ``sel`` (padded with the last key) the ``need0`` smallest 64-bit keys
+    ``full`` that ``load`` reads for each ``e`` of ``loop``: each pass histograms one 8-bit
+    digit over the keys that match the digits found so far, and a warp picks the digit holding
+    the need-th key; it stops once that digit's keys are all wanted."""
+    return [
+        "    unsigned long long prefix = 0ull, mask = 0ull;",
+        f"    unsigned int need = {need0};",
+        "    #pragma unroll",
+        "    for (int p = 0; p < (int)(sizeof(shifts) / sizeof(int)); ++p) {",
+        "      const int shift = shifts[p];",
+        f"      for (int d = threadIdx.x; d < 256; d += {threads}) hist[d] = 0u;",
+        "      __syncthreads();",
+        f"      for ({loop}; e += {threads}) {{",
+        *load,
+        "        if ((full & mask) == prefix) atomicAdd(&hist[(full >> shift) & 255u], 1u);",
+        "      }",
+        "      __syncthreads();",
+        "      if (threadIdx.x < 32) {  // a warp finds the digit holding the need-th key",
+        "        unsigned int c[8], sum = 0u;",
+        "        for (int j = 0; j < 8; ++j) { c[j] = hist[threadIdx.x * 8 + j]; sum += c[j]; }",
+        "        unsigned int upto = sum;",
+        "        for (int o = 1; o < 32; o <<= 1) {",
+        "          const unsigned int t = __shfl_up_sync(0xFFFFFFFFu, upto, o);",
+        "          if (threadIdx.x >= o) upto += t;",
+        "        }",
+        "        unsigned int before = upto - sum;",
+        "        if (before < need && need <= upto) {",
+        "          int j = 0;",
+        "          while (before + c[j] < need) before += c[j++];",
+        "          s_prefix = prefix | ((unsigned long long)(threadIdx.x * 8 + j) << shift);",
+        "          s_need = need - before;",
+        "          s_done = c[j] == need - before;",
+        "        }",
+        "      }",
+        "      __syncthreads();",
+        "      prefix = s_prefix;",
+        "      mask |= 255ull << shift;",
+        "      need = s_need;",
+        "      const bool done = s_done;",
+        "      __syncthreads();  // every thread has read the digit before the next pass",
+        "      if (done) break;",
+        "    }",
+        f"    for (int j = threadIdx.x; j < {padded}; j += {threads}) sel[j] = ~0ull;",
+        "    if (threadIdx.x == 0) s_count = 0u;",
+        "    __syncthreads();",
+        f"    for ({loop}; e += {threads}) {{",
+        *load,
+        "        if ((full & mask) <= prefix) sel[atomicAdd(&s_count, 1u)] = full;",
+        "    }",
+        "    __syncthreads();",
+    ]
