@@ -70,6 +70,11 @@ READ_THROUGH = [
     ("return torch.flip(torch.exp(x), [1]) + t", 1),
     # a producer of a transposed view: its element at the transposed coordinates
     ("return torch.stack([torch.relu(x.transpose(1, 2)), t.transpose(1, 2)], 0).sum(0)", 1),
+    # box corners from centres and extents: each a difference of two operands, one broadcast
+    ("""c, w = x[:, :, :40], t[:1, :, 40:]
+        return torch.stack([c - w, c + w * 0.5, torch.maximum(c, w)], dim=-1).clamp(-1.0, 1.0)""", 1),
+    # a chain of ops, each read once by the next
+    ("return torch.cat([torch.exp(x[:, :1]) * 2.0 + t[:, :1], x], dim=1) * 2.0", 1),
 ]
 
 

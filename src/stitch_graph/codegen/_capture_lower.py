@@ -54,6 +54,7 @@ from stitch_graph.codegen._capture_names import (
     _rewrite_call,
     _variant,
 )
+from stitch_graph.codegen._capture_narrow_cat import narrows_from_operands
 from stitch_graph.codegen._capture_norm_on_load import normalize_on_load
 from stitch_graph.codegen._capture_norms import recognize_norms
 from stitch_graph.codegen._capture_one_hot import scatters_as_comparisons
@@ -284,7 +285,7 @@ def _lower(
     _drop_identity_views(ir)
     _eliminate_dead(ir)
     rewrites = (
-        gather_operands_first,
+        narrows_from_operands, gather_operands_first,
         batch_shared_products, sum_broadcast_products_as_matmuls, interleave_stacks,
         sum_products_first,
         scale_operands_of_products, scatters_as_comparisons, compute_through_views,

@@ -341,7 +341,8 @@ class _EmitterBase:
         self.notes: list[str] = []
         self.cat_slices = cat_slices or {}  # output node -> its slice of a concatenation
         self.written_in_place: set[str] = set()
-        self.through: dict[str, str] = {}  # members their indexed reader computes (``_read``)
+        # members their indexed reader computes (``_read``) -> the parameters it loads
+        self.through: dict[str, tuple[str, ...]] = {}
         self._users: dict[str, list[str]] | None = None  # node -> its readers, when first asked
 
     # ---- expressions -------------------------------------------------------------------------
@@ -420,7 +421,7 @@ class _EmitterBase:
     def _read(self, ref: Ref, args: _Args, offset: Callable[[Ref], str]) -> str:
         """The element of ``ref`` at ``offset(ref)``: a load, or, for a one-op producer its
         indexed reader computes (``self.through``, from ``_fusion_passes.read_through``), the op
-        applied to its operand's element at the same coordinates."""
+        applied to its operands' elements at the same coordinates."""
         through = self.through.get(ref.name) if ref.kind == "node" else None
         if through is None:
             return f"{args.param(ref)}[{offset(ref)}]"
@@ -437,7 +438,7 @@ class _EmitterBase:
             value = node.args.get(pname, default)
             if "{" + pname + "}" not in template:
                 continue
-            if pname == through:
+            if pname in through:
                 values[pname] = self._read(value, args, offset)
                 cast = _operand_type(self.ir, node, value, integer)
                 if cast:

@@ -20,6 +20,7 @@ from stitch_graph.codegen.ir import (
     layout_without,
     matrix_layout,
     numel,
+    rows_layout,
 )
 from stitch_graph.codegen.schedule import library_epilogue_fits
 from stitch_graph.codegen.tuning import KernelTuning
@@ -66,12 +67,18 @@ class _GemmEmitter(_EmitterBase):
             a_layout, b_layout = (False, k, 0), (True, ir.strides[w_ref][0], 0)
             b_ref, batch = w_ref, 1
             m_rows = numel(a_shape) // k
-            if not ir.is_contiguous(a_ref):  # a transposed view: its matrices batched as they lie
+            c_layout = (n, m_rows * n)
+            rows = None if ir.is_contiguous(a_ref) else rows_layout(a_shape, ir.strides[a_ref], n)
+            if rows is not None:  # rows of a permuted view: the leading dim with the most
+                m_rows, lda, sa, ldc, sc, batch = rows
+                a_layout, c_layout = (False, lda, sa), (ldc, sc)
+            elif not ir.is_contiguous(a_ref):  # a transposed view: its matrices as they lie
                 layout = matrix_layout(a_shape, ir.strides[a_ref])
                 if layout is None:
                     msg = f"{node.name}: input layout not expressible as strided-batched GEMM"
                     raise EmitError(msg)
                 a_layout, m_rows, batch = layout, a_shape[-2], numel(a_shape[:-2])
+                c_layout = (n, m_rows * n)
         else:
             a_ref = node.args["mat1" if node.op == "addmm" else "input"]
             b_ref = node.args["mat2" if node.op == "addmm" else "other"]
@@ -82,6 +89,7 @@ class _GemmEmitter(_EmitterBase):
             m_rows, k = ir.shapes[a_ref][-2], ir.shapes[a_ref][-1]
             n = ir.shapes[b_ref][-1]
             batch = numel(out_shape[:-2])
+            c_layout = (n, m_rows * n)
         ta, lda, sa = a_layout
         tb, ldb, sb = b_layout
         bias = node.args.get("bias") if node.op == "linear" else None
@@ -96,7 +104,7 @@ class _GemmEmitter(_EmitterBase):
         def call(product: str, options: list[str]) -> str:
             return _sgemm_line(
                 (tb, ta, n, m_rows, k), (_py(b_ref), ldb, sb), (_py(a_ref), lda, sa),
-                (product, n, m_rows * n), batch, options,
+                (product, *c_layout), batch, options,
             )
 
         library = self._library_epilogue(g, tun, bias, batch)

@@ -25,30 +25,43 @@ from stitch_graph.codegen.ops import (
 _READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
 
 
-def _through_parameter(
-    ir: ProgramIR, producer: OpNode, reader: OpNode, users: dict[str, list[str]]
-) -> str | None:
-    """The parameter holding the one tensor operand of ``producer`` where the indexed
+def _through_parameters(
+    ir: ProgramIR,
+    producer: OpNode,
+    reader: OpNode,
+    users: dict[str, list[str]],
+    *,
+    chained: bool = False,
+) -> tuple[str, ...] | None:
+    """The parameters holding the tensor operands of ``producer`` where the indexed
     ``reader`` can compute it as it reads it, else ``None``: ``cat((-x2, x1))``
     (rotate_half) negates ``x2`` at the element it picks instead of reading a negated copy
-    another kernel wrote. The operand has the producer's shape, so the element sits at the same
-    coordinates in it."""
-    if reader.op not in _READS_THROUGH or users.get(producer.name) != [reader.name]:
+    another kernel wrote, and ``stack([cx - l, cy - t, ...])`` subtracts at the element it
+    picks. Each operand has the producer's rank, its dims the producer's or 1 (broadcast), so
+    the element sits at the same coordinates in it. ``chained``: ``reader`` is itself computed
+    as it is read (``c + w * 0.5``), so it may be pointwise."""
+    if not (chained or reader.op in _READS_THROUGH) or users.get(producer.name) != [reader.name]:
         return None
     info = lookup(producer.op)
     operands = producer.tensor_refs()
+    shape = tuple(producer.shape)
     if (
         any(r.kind == "node" and r.name == producer.name for r in ir.outputs)
         or producer.op in INDEXED
         or info is None
         or info.kind != "pointwise"
         or info.template(producer.args) is None
-        or len(operands) != 1
-        or ir.shapes[operands[0]] != tuple(producer.shape)
-        or {ir.dtypes.get(operands[0]), producer.dtype} != {"float32"}
+        or not operands
+        or producer.dtype != "float32"
     ):
         return None
-    return next((k for k, v in producer.args.items() if v == operands[0]), None)
+    for ref in operands:
+        rshape = ir.shapes[ref]
+        if ir.dtypes.get(ref) != "float32" or len(rshape) != len(shape):
+            return None
+        if any(n not in (m, 1) for n, m in zip(rshape, shape, strict=True)):
+            return None
+    return tuple(k for k, v in producer.args.items() if isinstance(v, Ref))
 
 
 def read_inside(
@@ -142,7 +155,7 @@ def _reads_at_own_element(ir: ProgramIR, reader: OpNode, ref: Ref) -> bool:
 def groups_read_through(
     ir: ProgramIR, node: OpNode, group_of: dict[str, Group], users: dict[str, list[str]]
 ) -> list[Group]:
-    """The one-op pointwise kernels the indexed ``node`` computes as it reads them; none for
+    """The pointwise kernels the indexed ``node`` computes as it reads them; none for
     a ``cat`` of kernels' results alone, which they can store in place (``_cat_slices``)."""
     refs = node.tensor_refs()
     if node.op == "cat" and all(
@@ -154,27 +167,59 @@ def groups_read_through(
     found: list[Group] = []
     for ref in refs:
         g = group_of.get(ref.name) if ref.kind == "node" else None
-        if g is None or g in found or g.anchor is not None or g.members != [ref.name]:
+        if g is None or g in found or g.anchor is not None or g.output != ref.name:
             continue
-        if _through_parameter(ir, ir.node(ref.name), node, users) is not None:
+        if set(_chain_through(ir, g.members, {node.name: node}, users)) == set(g.members):
             found.append(g)
     return found
 
 
-def read_through(ir: ProgramIR, groups: list[Group]) -> dict[str, str]:
-    """Members each group's indexed ops compute as they read them (node -> the parameter of
-    its operand): decided from the groups alone, so a plan's own grouping agrees."""
+def _chain_through(
+    ir: ProgramIR, members: list[str], readers: dict[str, OpNode], users: dict[str, list[str]]
+) -> dict[str, tuple[str, ...]]:
+    """The ``members`` an indexed op among ``readers`` computes as it reads them, each with the
+    parameters of its operands: one read only by such an op or by another such member, whose
+    operands are in memory or such members themselves."""
+    inside = set(members)
+    found: dict[str, tuple[str, ...]] = {}
+    changed = True
+    while changed:  # from the indexed readers down the chain
+        changed = False
+        for name in members:
+            reader = users.get(name, [])
+            if name in found or len(reader) != 1:
+                continue
+            if reader[0] not in readers and reader[0] not in found:
+                continue
+            node = ir.node(name)
+            params = _through_parameters(
+                ir, node, ir.node(reader[0]), users, chained=reader[0] in found
+            )
+            if params:
+                found[name] = params
+                changed = True
+    while True:  # a member whose operand is computed in the kernel, not here, is not one
+        dropped = [
+            name for name, params in found.items()
+            if any(ir.node(name).args[p].name in inside - found.keys() for p in params)
+            or (users[name][0] not in readers and users[name][0] not in found)
+        ]
+        if not dropped:
+            return found
+        for name in dropped:
+            del found[name]
+
+
+def read_through(ir: ProgramIR, groups: list[Group]) -> dict[str, tuple[str, ...]]:
+    """Members each group's indexed ops compute as they read them (node -> the parameters of
+    its operands, all in memory): decided from the groups alone, so a plan's own grouping
+    agrees."""
     users = ir.users()
-    through: dict[str, str] = {}
+    through: dict[str, tuple[str, ...]] = {}
     for g in groups:
-        members = set(g.members)
-        for name in g.members:
-            readers = users.get(name, [])
-            if len(readers) == 1 and readers[0] in members:
-                pname = _through_parameter(ir, ir.node(name), ir.node(readers[0]), users)
-                operand = ir.node(name).args.get(pname) if pname else None
-                if isinstance(operand, Ref) and operand.name not in members:  # in memory
-                    through[name] = pname  # type: ignore[assignment]
+        indexed = {m: ir.node(m) for m in g.members if ir.node(m).op in _READS_THROUGH}
+        if indexed:
+            through.update(_chain_through(ir, g.members, indexed, users))
     return through
 
 

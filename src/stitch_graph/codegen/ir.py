@@ -260,6 +260,36 @@ def matrix_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[boo
     return transposed, ld, batch_stride
 
 
+def rows_layout(
+    shape: tuple[int, ...], strides: tuple[int, ...], width: int
+) -> tuple[int, int, int, int, int, int] | None:
+    """How a linear's input rows (their last dim contiguous) and its contiguous output rows of
+    ``width`` are cut into one strided-batched GEMM: ``(rows, lda, batch_stride_a, ldc,
+    batch_stride_c, batch)``, the leading dim with the most rows as the rows and the others
+    collapsing into one batch stride in both, or ``None``.
+
+    A batch-first activation seen sequence-first (``x.transpose(0, 1)``, as
+    ``nn.MultiheadAttention`` sees it) is then 8 GEMMs of 256 rows, not 256 of 8."""
+    if len(shape) < 2 or strides[-1] != 1:
+        return None
+    out = contiguous_strides((*shape[:-1], width))
+    lead = [(d, s, o) for d, s, o in zip(shape[:-1], strides[:-1], out[:-1], strict=True) if d != 1]
+    if not lead:
+        return None
+    best = None
+    for pick in range(len(lead)):
+        rows, lda, ldc = lead[pick]
+        if lda < shape[-1] and rows > 1:
+            continue  # rows that overlap
+        rest = [x for i, x in enumerate(lead) if i != pick]
+        a = matrix_layout((*(d for d, _, _ in rest), 1, shape[-1]), (*(s for _, s, _ in rest), 0, 1))
+        c = matrix_layout((*(d for d, _, _ in rest), 1, width), (*(o for _, _, o in rest), 0, 1))
+        if a is None or c is None or (best is not None and rows <= best[0]):
+            continue
+        best = (rows, lda, a[2], ldc, c[2], numel(tuple(d for d, _, _ in rest)))
+    return best
+
+
 GEMM_LOOP_MOST = 16  # calls a looped GEMM makes at most: each costs host time
 
 
