@@ -18,6 +18,7 @@ from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _PROBLEM = """
 import torch
+import torch.nn.functional as F
 
 
 class Model(torch.nn.Module):
@@ -73,6 +74,10 @@ READ_THROUGH = [
     # box corners from centres and extents: each a difference of two operands, one broadcast
     ("""c, w = x[:, :, :40], t[:1, :, 40:]
         return torch.stack([c - w, c + w * 0.5, torch.maximum(c, w)], dim=-1).clamp(-1.0, 1.0)""", 1),
+    # a product pooled through reflect padding (an SSIM's local second moments), a rolled
+    # product (a periodic stencil's flux)
+    ("return F.avg_pool1d(F.pad(x * t, (2, 2), mode='reflect'), 5, stride=1)", 1),
+    ("return torch.roll(torch.exp(x) * t, 3, dims=-1) + torch.roll(x - t, -1, dims=1)", 1),
     # a chain of ops, each read once by the next
     ("return torch.cat([torch.exp(x[:, :1]) * 2.0 + t[:, :1], x], dim=1) * 2.0", 1),
 ]

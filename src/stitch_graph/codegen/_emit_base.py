@@ -286,6 +286,13 @@ class _Position:
         return 0 if rd < 0 or rshape[rd] == 1 else int(self.ir.strides[ref][rd])
 
 
+def _moved(at: _Position, ref: Ref, coords: list[tuple[str, int]]) -> str:
+    """Offset of ``ref`` at the output position with the coordinate along each dim ``d`` of
+    ``coords`` replaced by its expression (a roll's or a pad's source element)."""
+    terms = [f"{c} * {at.stride(ref, d)}" for c, d in coords if at.stride(ref, d)]
+    return " + ".join([at.base(ref, {d for _, d in coords}), *terms])
+
+
 def _aligned_launch(
     aligned: list[str], kernel: str, launch: tuple[int, int], py_args: str, scalar_launch: str
 ) -> list[str]:
@@ -584,11 +591,11 @@ class _EmitterBase:
             start = at.base(src, set(range(len(at.shape))))
             return f"{args.param(src)}[{start} + (({flat or 0}) + {(-int(shifts[0])) % n}) % {n}]"
         dims = [int(v) % at.nd for v in (dims if isinstance(dims, list | tuple) else [dims])]
-        terms = [at.base(src, set(dims))]
-        for shift, d in zip(shifts, dims, strict=True):
-            n = at.shape[d]
-            terms.append(f"(({at.coord(d)} + {(-int(shift)) % n}) % {n}) * {at.stride(src, d)}")
-        return f"{args.param(src)}[{' + '.join(terms)}]"
+        coords = [
+            (f"(({at.coord(d)} + {(-int(shift)) % at.shape[d]}) % {at.shape[d]})", d)
+            for shift, d in zip(shifts, dims, strict=True)
+        ]
+        return self._read(src, args, lambda ref: _moved(at, ref, coords))
 
     def _indexed_bucketize(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
@@ -616,14 +623,12 @@ class _EmitterBase:
         fill = node.args.get("value")
         mode = node.args.get("mode") or "constant"
         inside: list[str] = []
-        terms: list[str] = []
-        padded: set[int] = set()
+        coords: list[tuple[str, int]] = []
         for j in range(len(pads) // 2):
             d = len(at.shape) - 1 - j
             before = pads[2 * j]
             if before == 0 and pads[2 * j + 1] == 0:
                 continue
-            padded.add(d)
             c = f"({at.coord(d)} - {before})"
             n = rshape[d]
             if mode == "reflect":
@@ -634,8 +639,8 @@ class _EmitterBase:
                 c = f"({c} < 0 ? {c} + {n} : ({c} >= {n} ? {c} - {n} : {c}))"
             else:
                 inside.append(f"{c} >= 0 && {c} < {n}")
-            terms.append(f"{c} * {at.stride(src, d)}")
-        load = f"{args.param(src)}[{' + '.join([at.base(src, padded), *terms])}]"
+            coords.append((c, d))
+        load = self._read(src, args, lambda ref: _moved(at, ref, coords))
         if not inside:
             return load
         return f"(({' && '.join(inside)}) ? {load} : {_literal(float(fill or 0.0))})"

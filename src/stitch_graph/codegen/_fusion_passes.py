@@ -22,7 +22,7 @@ from stitch_graph.codegen.ops import (
     lookup,
 )
 
-_READS_THROUGH = ("cat", "stack", "interleave", "flip")  # indexed ops whose rule reads with ``_read``
+_READS_THROUGH = ("cat", "stack", "interleave", "flip", "roll", "pad")  # indexed ops whose rule reads with ``_read``
 
 
 def _through_parameters(
@@ -42,6 +42,8 @@ def _through_parameters(
     as it is read (``c + w * 0.5``), so it may be pointwise."""
     if not (chained or reader.op in _READS_THROUGH) or users.get(producer.name) != [reader.name]:
         return None
+    if reader.op == "roll" and reader.args.get("dims") in (None, []):
+        return None  # the flattened tensor rolled: its offsets are the source's own
     info = lookup(producer.op)
     operands = producer.tensor_refs()
     shape = tuple(producer.shape)
