@@ -2,8 +2,8 @@
 value or a tensor (float or bool) and ``scatter_reduce`` by sum, amax or amin, as a copy of the
 input and a thread per source element; each fully generated and matching PyTorch in the CPU
 emulation, ``include_self=False`` too (the reached positions start from the reduction's
-identity). A scatter's ``reduce`` argument, ``scatter_reduce``'s mean, ``include_self=False`` on
-integers and indices that are not int64 stay in PyTorch."""
+identity). Indices may be int64 or int32. A scatter's ``reduce`` argument, ``scatter_reduce``'s
+mean and ``include_self=False`` on integers stay in PyTorch."""
 
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ EXPRS = [
     f"x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'amax', include_self=False)",
     f"x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'amin', include_self=False)"
     f" + x.scatter_reduce(3, {_INDEX}.clamp(max=3), y, 'sum', include_self=False)",
+    f"x.scatter_add(3, {_INDEX}.int(), y)",  # int32 indices
+    "x.index_add(0, torch.tensor([2, 0], dtype=torch.int32), y[:2])",
 ]
 
 
@@ -67,7 +69,6 @@ def test_the_scatter_is_generated_and_matches_pytorch(expr: str, tmp_path: Path)
 @pytest.mark.parametrize(
     "expr", [
         f"x.scatter(3, {_INDEX}, y, reduce='add')",
-        f"x.scatter_add(3, {_INDEX}.int(), y)",
         f"x.scatter_reduce(3, {_INDEX}, y, 'mean')",
         f"(x > 0).long().scatter_reduce(3, {_INDEX}, (y > 0).long(), 'amax', include_self=False)",
     ]
@@ -90,4 +91,39 @@ def test_the_scatter_computes_its_zeros_and_its_source(
     source = _PROBLEM.format(expr=expr)
     task, program = generate_checked(source)
     assert planned_kernels(source) == kernels
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+_READOUT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+
+    def forward(self, ids, graph):
+        h = self.embed(ids)
+        sums = torch.zeros(7, 16, dtype=h.dtype, device=h.device)
+        sums.index_add_(0, graph, h)
+        return sums * 2.0
+
+
+def get_inputs():
+    return [torch.randint(0, 50, (40,), dtype=torch.int32), torch.randint(0, 7, (40,), dtype=torch.int32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_in_place_readout_into_fresh_zeros_with_int32_indices(tmp_path: Path) -> None:
+    """``zeros.index_add_(...)`` whose result goes unused was taken for a buffer's update and
+    dropped (the read after it was refused), and int32 token and graph ids left the embedding
+    and the index_add to PyTorch."""
+    task, program = generate_checked(_READOUT)
+    assert not program.declared_torch_ops, program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -165,4 +165,5 @@ def _is_buffer_update(fx_node: torch.fx.Node, env: dict[str, Any]) -> bool:
         return False
     first = fx_node.args[0] if fx_node.args else None
     ref = env.get(first.name) if isinstance(first, torch.fx.Node) else None
-    return isinstance(ref, Ref) and ref.kind == "param"
+    # a module's buffer, not a constant the forward built (``torch.zeros(7, 5)`` to index_add_)
+    return isinstance(ref, Ref) and module_state(ref)

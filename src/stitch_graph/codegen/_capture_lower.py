@@ -40,6 +40,7 @@ from stitch_graph.codegen._capture_broadcast_products import sum_broadcast_produ
 from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
+from stitch_graph.codegen._capture_constants import fold_constants
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_fx_rewrites import index_by_one_element, split_returned_tuple
 from stitch_graph.codegen._capture_gather_through import gather_operands_first
@@ -299,6 +300,7 @@ def _lower(
             ir.reordered.append(rewrite.__name__)
     _insert_copies(ir)
     _optional(compute_through_views, ir)  # a copy's producer computed in the copy's layout
+    _optional(fold_constants, ir)  # after the copies: a copy of constants is baked whole
     _split_library_bias(ir)
     share_row_passes(ir)
     recompute_cheap_producers(ir)

@@ -22,7 +22,7 @@ def index_position(ir: ProgramIR, node: OpNode) -> tuple[int, Ref] | None:
     index = items[d]
     if any(v != slice(None) for v in items[:d] + items[d + 1 :]):
         return None
-    if ir.dtypes.get(index) not in ("int64",) or d >= len(ir.shapes[node.args["input"]]):
+    if ir.dtypes.get(index) not in ("int64", "int32") or d >= len(ir.shapes[node.args["input"]]):
         return None
     return d, index
 

@@ -37,8 +37,8 @@ def scatter_unsupported(ir: ProgramIR, node: OpNode) -> str:
     dtypes = ("float32", "bool") if node.op == "scatter" else ("float32",)  # stores, or adds
     if not isinstance(x, Ref) or ir.dtypes.get(x) not in dtypes or node.dtype != ir.dtypes[x]:
         return f"needs a {' or '.join(dtypes)} input"
-    if not isinstance(index, Ref) or ir.dtypes.get(index) != "int64":
-        return "needs an int64 index"
+    if not isinstance(index, Ref) or ir.dtypes.get(index) not in ("int64", "int32"):
+        return "needs an int64 or int32 index"
     if not isinstance(a.get("dim"), int):
         return "dim must be an int"
     shape, space = ir.shapes[x], ir.shapes[index]
