@@ -1,8 +1,9 @@
-"""A concatenation (or a stack) whose operands are stored by generated pointwise kernels is written in
+"""A concatenation whose operands are all stored by generated pointwise kernels is written in
 place: each kernel stores into its slice of the result, and no cat kernel reads them back; the
 other operands (inputs, views, values read elsewhere, a library's own output) are copied into
-their slices by one kernel. Checked in the CPU emulation against PyTorch, with float4 slices,
-odd ones, and the cases that must keep the cat kernel."""
+their slices by one kernel. Pointwise chains of inputs beside inputs, in a stack or a flip are
+computed by the one kernel that reads them. Checked in the CPU emulation against PyTorch, with
+float4 slices, odd ones, and the cases that must keep the cat kernel."""
 
 from __future__ import annotations
 
@@ -41,8 +42,6 @@ IN_PLACE = {
     "odd_slices": ("torch.cat([torch.tanh(x), y + 1, x * 3], dim=1)", "3, 5, 7", "3, 4, 7"),
     "last_dim": ("torch.cat((x.exp(), -y), dim=-1)", "6, 5", "6, 3"),
     "gemm_epilogues": ("torch.cat((torch.relu(self.a(x)), torch.tanh(self.b(y))), 1)", "9, 16", "9, 16"),
-    "stacked_in_the_middle": ("torch.stack((torch.relu(x) * 2, torch.sigmoid(y) - 1), dim=1)", "3, 5, 8", "3, 5, 8"),
-    "stacked_last": ("torch.stack([x.exp() + 1, torch.tanh(y) * 2], dim=-1)", "4, 6", "4, 6"),
 }
 
 
@@ -56,10 +55,8 @@ def test_operands_store_into_the_concatenation(case: str, tmp_path: Path) -> Non
 
 
 PARTLY = {
-    # chains of two ops or more: a single op is computed by the cat kernel as it reads
+    # an operand no indexed op computes as it reads it: a library's output
     "library_writes_its_own": ("torch.cat((x @ self.w, torch.relu(y)), dim=1)", "5, 16", "5, 3"),
-    "an_input_as_operand": ("torch.cat((x, torch.relu(y) * 2), dim=0)", "4, 6", "2, 6"),
-    "a_view_of_an_input": ("torch.cat((torch.tanh(x[..., :3]) * 2, x[..., 3:]), dim=-1)", "4, 5, 7", "1"),
 }
 
 
@@ -73,6 +70,29 @@ def test_the_other_operands_are_copied_into_their_slices(case: str, tmp_path: Pa
     assert "written in place by its operands' kernels" in program.host_source
     assert "copied into their slices" in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+READ_THROUGH = {  # pointwise chains of inputs beside an input: one kernel, nothing in place
+    "stacked_in_the_middle": ("torch.stack((torch.relu(x) * 2, torch.sigmoid(y) - 1), dim=1)", "3, 5, 8", "3, 5, 8"),
+    "stacked_last": ("torch.stack([x.exp() + 1, torch.tanh(y) * 2], dim=-1)", "4, 6", "4, 6"),
+    "an_input_as_operand": ("torch.cat((x, torch.relu(y) * 2), dim=0)", "4, 6", "2, 6"),
+    "a_view_of_an_input": ("torch.cat((torch.tanh(x[..., :3]) * 2, x[..., 3:]), dim=-1)", "4, 5, 7", "1"),
+    "a_flipped_chain": ("torch.flip(torch.relu(x) * 2 - y, dims=(0, 2))", "3, 5, 8", "3, 5, 8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READ_THROUGH))
+def test_chains_of_inputs_are_computed_where_the_indexed_op_reads(
+    case: str, tmp_path: Path
+) -> None:
+    """A stack, a cat beside an input (a partial rotary embedding's pass-through half) or a
+    flip computes its operands' pointwise chains as it reads them: one launch, where each chain
+    was a kernel storing into its slice."""
+    expr, x, y = READ_THROUGH[case]
+    task, program = generate_checked(_PROBLEM.format(expr=expr, x=x, y=y))
+    assert "written in place" not in program.host_source
+    kernels = check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert len(kernels.launched) == 1, kernels.launched
 
 
 KEPT = {
@@ -110,12 +130,10 @@ def test_an_exclusive_cumsum_writes_its_scan_and_its_zeros_in_place(tmp_path: Pa
 FLIPPED = {  # a flip of a kernel's result, its only reader: the kernel stores mirrored
     "reverse_cumsum_warp_a_line": "torch.cumsum(x.flip(1), 1).flip(1), y * 2",
     "reverse_cumsum_in_chunks": "torch.cumsum(x.flip(1), 1).flip(1), y * 2",
-    "two_dims_of_a_pointwise_chain": "torch.flip(torch.relu(x) * 2 - y, dims=(0, 2))",
 }
 _FLIP_SHAPES = {
     "reverse_cumsum_warp_a_line": ("3, 70", "1"),
     "reverse_cumsum_in_chunks": ("2, 130, 40", "1"),
-    "two_dims_of_a_pointwise_chain": ("3, 5, 8", "3, 5, 8"),
 }
 
 
