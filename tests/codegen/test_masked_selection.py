@@ -3,7 +3,8 @@
 Their size depends on the data, so shape propagation on meta tensors stopped on them and the
 whole problem failed to capture. Each is now the masked tensor with the unselected elements
 filled (zero for a sum or a mean, an infinity for a max or a min), and a mean divides by the
-mask's count. Every case must be fully generated and match PyTorch in the CPU emulation; a
+mask's count; elementwise ops between the selection and the reduction are applied before it.
+Every case must be fully generated and match PyTorch in the CPU emulation; a
 selection put to another use fails with an error that says what to write instead.
 """
 
@@ -41,6 +42,10 @@ CASES = {
     "rows_mean_over_selection": "return x[m].mean(0) + x[m].sum(dim=0)",
     "extremes": "return x[x > 0.5].max() - torch.min(y[m]) + x[m].amax(0)",
     "empty_mask_sum": "return x[x > 100.0].sum() + y",
+    # elementwise ops between the selection and its reduction (VICReg's off-diagonal term)
+    "squared_then_summed": "return x[m].pow(2).sum() + (y[y > 0.2] * 2.0).abs().mean()",
+    # torch.cov has no meta kernel: its steps, then a selection of its off-diagonal
+    "covariance_off_diagonal": "c = torch.cov(x[0].T)\n        off = ~torch.eye(16, dtype=torch.bool)\n        return c[off].pow(2).sum() / 16",  # noqa: E501
 }
 
 

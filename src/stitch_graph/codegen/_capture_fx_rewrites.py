@@ -5,7 +5,9 @@ lowering reads only when they are spelled another way:
   elements become ``getitem`` nodes of the output, as ``v, i = torch.max(x, 1)`` gives them;
 - ``x[i]`` with ``i`` a 0-dim integer tensor (``x[s.argmax()]``): PyTorch turns it into
   ``select(x, 0, i.item())``, which meta tensors cannot answer; ``x[i.reshape(1)]`` with the
-  indexed dim squeezed is the same gather and keeps ``i`` on the GPU.
+  indexed dim squeezed is the same gather and keeps ``i`` on the GPU;
+- ``torch.cov(x)``, which has no meta kernel: the steps ATen's ``cov`` takes (each row's mean
+  subtracted, the product with the transpose, divided by ``N - correction``).
 """
 
 from __future__ import annotations
@@ -92,3 +94,36 @@ def _dims_before(before: tuple[Any, ...], items: tuple[Any, ...], ndim: int) -> 
         elif not isinstance(item, int) or isinstance(item, bool):
             return None
     return dim
+
+
+def decompose_cov(gm: torch.fx.GraphModule) -> bool:
+    """Every unweighted ``torch.cov`` of a matrix with several rows rewritten as its steps;
+    False where there is none."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        method = node.op == "call_method" and node.target == "cov"
+        if not (method or (node.op == "call_function" and node.target is torch.cov)):
+            continue
+        x = node.args[0]
+        kwargs = dict(node.kwargs)
+        correction = node.args[1] if len(node.args) > 1 else kwargs.pop("correction", 1)
+        value = x.meta.get("sg_value") if isinstance(x, torch.fx.Node) else None
+        if len(node.args) > 2 or any(kwargs.get(k) is not None for k in ("fweights", "aweights")):
+            continue
+        if not torch.is_tensor(value) or value.dim() != 2 or value.shape[0] < 2:
+            continue
+        with gm.graph.inserting_before(node):
+            mean = gm.graph.call_method("mean", (x,), {"dim": 1, "keepdim": True})
+            centred = gm.graph.call_function(operator.sub, (x, mean))
+            product = gm.graph.call_function(
+                torch.matmul, (centred, gm.graph.call_method("t", (centred,)))
+            )
+            cov = gm.graph.call_function(
+                operator.truediv, (product, value.shape[1] - int(correction))
+            )
+        node.replace_all_uses_with(cov)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed

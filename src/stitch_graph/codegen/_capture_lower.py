@@ -42,7 +42,11 @@ from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_constants import fold_constants
 from stitch_graph.codegen._capture_decompose import _decompose
-from stitch_graph.codegen._capture_fx_rewrites import index_by_one_element, split_returned_tuple
+from stitch_graph.codegen._capture_fx_rewrites import (
+    decompose_cov,
+    index_by_one_element,
+    split_returned_tuple,
+)
 from stitch_graph.codegen._capture_gather_through import gather_operands_first
 from stitch_graph.codegen._capture_guards import GUARD_OP, guard
 from stitch_graph.codegen._capture_interleave import interleave_stacks
@@ -120,7 +124,11 @@ def _propagate(meta_gm: torch.fx.GraphModule, args: list[Any]) -> None:
                 _RecordingShapeProp(meta_gm).propagate(*args)
             return
         except Exception as error:  # noqa: BLE001
-            if rewrite_masked_selection(meta_gm) or index_by_one_element(meta_gm):
+            if (
+                rewrite_masked_selection(meta_gm)
+                or index_by_one_element(meta_gm)
+                or decompose_cov(meta_gm)
+            ):
                 continue
             hint = data_dependent_hint(meta_gm)
             msg = f"shape propagation on meta tensors failed{hint}: {error}"

@@ -44,6 +44,8 @@ def rewrite_masked_selection(gm: torch.fx.GraphModule) -> bool:
     if selection is None:
         return False
     x, mask = selection
+    if _elementwise_first(gm, node, x):
+        return True
     x_value, mask_value = x.meta.get("sg_value"), mask.meta.get("sg_value")
     if not (torch.is_tensor(x_value) and torch.is_tensor(mask_value)):
         return False
@@ -219,6 +221,39 @@ def data_dependent_hint(gm: torch.fx.GraphModule) -> str:
         "mask is generated where it is only summed, averaged, or reduced by max or min; "
         "otherwise write it with a fixed shape, e.g. torch.where(mask, x, 0))"
     )
+
+
+# ops of one tensor and numbers, applied element by element: the same on the selected elements
+# as on all of them, selected after
+_ELEMENTWISE = {
+    operator.pow, operator.mul, operator.truediv, operator.add, operator.sub, operator.neg,
+    torch.pow, torch.abs, torch.square, torch.exp, torch.log, torch.sqrt, torch.relu,
+    torch.sigmoid, torch.tanh, "pow", "abs", "square", "exp", "log", "sqrt", "relu", "sigmoid",
+    "tanh", "neg",
+}
+
+
+def _elementwise_first(gm: torch.fx.GraphModule, node: torch.fx.Node, x: torch.fx.Node) -> bool:
+    """``f(x[m])`` rewritten as ``f(x)[m]`` where the selection's one use is an elementwise op
+    ``f`` of it and numbers (``c[off].pow(2).sum()``), so that the selection's use is what ``f``
+    fed, a reduction; whether it was."""
+    if len(node.users) != 1:
+        return False
+    use = next(iter(node.users))
+    if use.op not in ("call_function", "call_method") or use.target not in _ELEMENTWISE:
+        return False
+    if not use.args or use.args[0] is not node or any(
+        isinstance(a, torch.fx.Node) for a in [*use.args[1:], *use.kwargs.values()]
+    ):
+        return False
+    graph = gm.graph
+    with graph.inserting_before(node):
+        first = graph.create_node(use.op, use.target, (x, *use.args[1:]), dict(use.kwargs))
+    node.replace_input_with(x, first)
+    use.replace_all_uses_with(node)
+    graph.erase_node(use)
+    _recompiled(gm)
+    return True
 
 
 def _selection(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
