@@ -86,6 +86,8 @@ EXPRS = [
     "F.cross_entropy(y.flatten(0, 2), (x.clamp(-5, 5).abs() * 2).long().clamp(max=7).flatten(0, 2)[:, 0], label_smoothing=0.2, reduction='none')",  # noqa: E501
     "torch.linalg.norm(y, dim=-1) + torch.linalg.norm(y, ord=1, dim=2).sum() + torch.linalg.norm(y)",  # noqa: E501
     "torch.take_along_dim(y, (x.clamp(-5, 5).abs() * 2).long().clamp(max=7), dim=3)",
+    # indices and input broadcast against each other outside the dim
+    "torch.take_along_dim(y, (x[:, :1, :, :1].clamp(-5, 5).abs()).long(), dim=2) + torch.take_along_dim(y[:1], (x[..., :3].clamp(-5, 5).abs()).long(), dim=-1).sum(-1, keepdim=True)",  # noqa: E501
     "F.channel_shuffle(y.flatten(2).unsqueeze(-1)[:, :4], 2).squeeze(-1)",
     "torch.trapezoid(y, dim=2) + torch.trapezoid(y, dx=0.5, dim=-1).sum(-1, keepdim=True)",
     # at sample points (a tensor of y's shape, or a vector along dim), and trapz

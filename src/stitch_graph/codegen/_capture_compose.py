@@ -453,8 +453,16 @@ def _rearranged(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref
         if dim is None or not isinstance(idx, Ref) or len(ir.shapes[idx]) != len(shape):
             return None
         d = int(dim) % len(shape)
-        if any(n != m for j, (n, m) in enumerate(zip(ir.shapes[idx], shape, strict=True)) if j != d):
-            return None  # broadcast indices: not a plain gather
+        # the two broadcast against each other outside ``dim``, then a plain gather
+        pairs = list(zip(ir.shapes[idx], shape, strict=True))
+        if any(n != m and 1 not in (n, m) for j, (n, m) in enumerate(pairs) if j != d):
+            return None
+        x_shape = [m if j == d else max(n, m) for j, (n, m) in enumerate(pairs)]
+        i_shape = [n if j == d else max(n, m) for j, (n, m) in enumerate(pairs)]
+        if x_shape != list(shape):
+            x = b("expand", "expand", x, *x_shape)
+        if i_shape != list(ir.shapes[idx]):
+            idx = b("expand", "expand", idx, *i_shape)
         return b("gather", torch.gather, x, d, idx)
     if name == "channel_shuffle":
         groups = int(a["groups"])
