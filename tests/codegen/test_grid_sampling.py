@@ -1,7 +1,7 @@
-"""A spatial transformer's two steps, ``F.affine_grid`` and bilinear ``F.grid_sample`` (zeros
-and border padding, both ``align_corners``), generated whole and matching PyTorch in the CPU
-emulation, coordinates outside the input included, from a traced forward or an exported one;
-other modes stay in PyTorch."""
+"""A spatial transformer's two steps, ``F.affine_grid`` and bilinear or nearest
+``F.grid_sample`` (zeros and border padding, both ``align_corners``), generated whole and
+matching PyTorch in the CPU emulation, coordinates outside the input included, from a traced
+forward or an exported one; bicubic sampling stays in PyTorch."""
 
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ EXPRS = [
     # the size as a list of the input's dims: a forward fx cannot trace, exported as ATen's
     # affine_grid_generator and grid_sampler
     "F.grid_sample(x, F.affine_grid(theta, list(x.shape), align_corners=False), align_corners=False)",
+    # the nearest pixel (a flow warp's), halves rounded to even
+    "F.grid_sample(x, g * 1.3, mode='nearest', align_corners=False) * 2",
+    "F.grid_sample(x, g * 1.5, mode='nearest', padding_mode='border', align_corners=True)",
 ]
 
 
@@ -54,6 +57,6 @@ def test_grid_sampling_is_generated_and_matches_pytorch(expr: str, tmp_path: Pat
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
-def test_nearest_sampling_stays_in_pytorch() -> None:
-    _, program = generate_checked(_PROBLEM.format(expr="F.grid_sample(x, g, mode='nearest', align_corners=False) * 2"))
+def test_bicubic_sampling_stays_in_pytorch() -> None:
+    _, program = generate_checked(_PROBLEM.format(expr="F.grid_sample(x, g, mode='bicubic', align_corners=False) * 2"))
     assert "grid_sample" in program.declared_torch_ops

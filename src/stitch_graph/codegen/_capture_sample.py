@@ -69,7 +69,7 @@ def _affine_grid(
 
 def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     x, grid = a["input"], a["grid"]
-    if a["mode"] != "bilinear" or a["padding_mode"] not in ("zeros", "border"):
+    if a["mode"] not in ("bilinear", "nearest") or a["padding_mode"] not in ("zeros", "border"):
         return None
     if not isinstance(x, Ref) or not isinstance(grid, Ref) or len(ir.shapes[x]) != 4:
         return None
@@ -96,7 +96,7 @@ def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     x1, y1 = b("add", torch.add, x0, 1.0), b("add", torch.add, y0, 1.0)
     flat = b("view", "view", x, n, c, h * w)
 
-    def corner(cx: Ref, cy: Ref, weight: Ref) -> Ref:
+    def corner(cx: Ref, cy: Ref, weight: Ref | None) -> Ref:
         inside = b(
             "logical_and",
             torch.logical_and,
@@ -108,7 +108,13 @@ def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
         index = b("expand", "expand", b("view", "view", index, n, 1, ho * wo), n, c, ho * wo)
         value = b("gather", torch.gather, flat, 2, index)
         kept = b("where", torch.where, b("view", "view", inside, n, 1, ho * wo), value, 0.0)
+        if weight is None:
+            return kept
         return b("mul", torch.mul, kept, b("view", "view", weight, n, 1, ho * wo))
+
+    if a["mode"] == "nearest":  # the pixel nearest, halves to even as PyTorch's nearbyint
+        nearest = corner(b("round", torch.round, ix), b("round", torch.round, iy), None)
+        return b("view", "view", nearest, n, c, ho, wo)
 
     dx1, dx0 = b("sub", torch.sub, x1, ix), b("sub", torch.sub, ix, x0)
     dy1, dy0 = b("sub", torch.sub, y1, iy), b("sub", torch.sub, iy, y0)
