@@ -111,6 +111,8 @@ EXPRS = [
     "F.lp_pool1d(y.flatten(2), 2, 3, stride=2)",
     "torch.bucketize(y, torch.tensor([-1.0, 0.0, 0.5, 1.0])) + torch.bucketize(y, torch.tensor([-1.0, 0.0]), right=True)",  # noqa: E501
     "torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 1.0]), y) * 2",
+    # a sorted row for each row of values (samples drawn from each ray's CDF), right side
+    "torch.searchsorted(y.sort(dim=-1).values, x.clamp(-5, 5)[..., :5].contiguous(), right=True).float() * 0.5",
     "torch.cdist(y.flatten(1, 2), x.clamp(-5, 5).flatten(1, 2))",  # 30 rows: the product
     "torch.cdist(y[0], x.clamp(-5, 5)[1]) + torch.cdist(y[0], y[1], p=1) + torch.cdist(y[0], y[2], p=float('inf'))",  # noqa: E501
     "torch.tensordot(y, x.clamp(-5, 5), dims=([1, 3], [1, 3]))",

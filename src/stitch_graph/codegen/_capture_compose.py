@@ -693,13 +693,17 @@ def _lp_pool(b: _Builder, x: Ref, name: str, a: dict[str, Any]) -> Ref:
 
 
 def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | None:
-    """``bucketize`` / ``searchsorted`` of a 1-D sorted sequence: for each value the count of
+    """``bucketize`` / ``searchsorted`` of a 1-D sorted sequence, or a batch of them (one per
+    row of the values: NeRF's samples drawn from each ray's CDF): for each value the count of
     boundaries below it (``right``: at or below it), one ``bucketize`` node (a binary search
     that its readers compute on load)."""
     x = a["input"]
     edges = a["boundaries"] if name == "bucketize" else a["sorted_sequence"]
     right = bool(a["right"]) or (name == "searchsorted" and a["side"] == "right")
-    if not isinstance(x, Ref) or not isinstance(edges, Ref) or len(ir.shapes[edges]) != 1:
+    if not isinstance(x, Ref) or not isinstance(edges, Ref):
+        return None
+    rows = ir.shapes[edges][:-1]
+    if rows and (len(ir.shapes[x]) != len(rows) + 1 or ir.shapes[x][:-1] != rows):
         return None
     if a["out_int32"] or a.get("sorter") is not None or ir.dtypes[x] != "float32":
         return None

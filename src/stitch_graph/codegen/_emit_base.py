@@ -601,15 +601,16 @@ class _EmitterBase:
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]
     ) -> str:
         """The count of boundaries below the operand's element (``right``: at or below it),
-        by binary search of the sorted 1-D boundaries (``sg_bucket``)."""
+        by binary search of the sorted boundaries (``sg_bucket``): one row, or its own row."""
         src: Ref = node.args["input"]
         edges: Ref = node.args["boundaries"]
         value = (env.get(src.name) if src.kind == "node" else None) or self._read(
             src, args, lambda ref: at.base(ref, set())
         )
-        n, stride = self.ir.shapes[edges][0], self.ir.strides[edges][0]
+        n, stride = self.ir.shapes[edges][-1], self.ir.strides[edges][-1]
         right = "true" if node.args.get("right") else "false"
-        return f"sg_bucket({args.param(edges)}, {n}, {stride}, {value}, {right})"
+        row = f" + {at.base(edges, {len(at.shape) - 1})}" if len(self.ir.shapes[edges]) > 1 else ""
+        return f"sg_bucket({args.param(edges)}{row}, {n}, {stride}, {value}, {right})"
 
     def _indexed_pad(
         self, node: OpNode, at: _Position, args: _Args, env: dict[str, str]

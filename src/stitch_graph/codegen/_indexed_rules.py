@@ -46,7 +46,7 @@ def own_position_operands(ir: ProgramIR, node: OpNode) -> list[Ref]:
 
 def _index_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
     if not isinstance(node.args.get("input"), Ref) or index_position(ir, node) is None:
-        return "unsupported", "unsupported: index (one int64 tensor index after full slices)"
+        return "unsupported", "unsupported: index (one int64 or int32 tensor index after full slices)"
     return "pointwise", ""
 
 
@@ -110,9 +110,14 @@ def indexed_ok(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         if len(ir.shapes[src]) != nd or not isinstance(node.args.get("dim"), int):
             return "unsupported", "unsupported: gather with these ranks or dim"
         return "pointwise", ""
-    if node.op == "bucketize":  # the boundaries searched in memory, one dim
+    if node.op == "bucketize":  # the boundaries searched in memory: one row, or one a row
         edges = node.args.get("boundaries")
-        ok = isinstance(edges, Ref) and len(ir.shapes[edges]) == 1 and not node.args["out_int32"]
+        ok = (
+            isinstance(edges, Ref)
+            and ir.shapes[edges][:-1] in ((), tuple(node.shape[:-1]))
+            and len(ir.shapes[edges]) >= 1
+            and not node.args["out_int32"]
+        )
         return ("pointwise", "") if ok else ("unsupported", "unsupported: bucketize of this form")
     if len(node.shape) < 2 or not isinstance(node.args.get("diagonal", 0), int):
         return "unsupported", f"unsupported: {node.op} needs a matrix and an int diagonal"
