@@ -24,7 +24,7 @@ import torch
 from stitch_graph.codegen._capture_base import _MAX_BAKED
 from stitch_graph.codegen._capture_builder import _Builder, _reduce_loss
 from stitch_graph.codegen._capture_interleave import interleave
-from stitch_graph.codegen.ir import ProgramIR, Ref
+from stitch_graph.codegen.ir import ProgramIR, Ref, numel
 
 COMPOSE_SIGNATURES = {
     "hinge_embedding_loss": "input, target, margin=1.0, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
@@ -33,6 +33,7 @@ COMPOSE_SIGNATURES = {
     "cosine_embedding_loss": "input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction='mean'",  # noqa: E501
     "linalg_norm": "input, ord=None, dim=None, keepdim=False, dtype=None",
     "take_along_dim": "input, indices, dim=None",
+    "masked_scatter": "input, mask, source",
     "channel_shuffle": "input, groups",
     "trapezoid": "input, dx=None, dim=-1",  # a tensor second argument: the sample points
     "trapz": "input, dx=None, dim=-1",
@@ -88,7 +89,7 @@ COMPOSE_SIGNATURES = {
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
     "diff", "repeat", "tile", "addbmm", "addmv", "dot", "inner", "mv", "matmul", "repeat_interleave", "take_along_dim", "rot90", "cross",
-    "tensordot", "nansum", "addr",
+    "tensordot", "nansum", "addr", "masked_scatter",
 })
 
 
@@ -207,6 +208,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
     if not isinstance(x, Ref) or ir.dtypes[x] not in ("float32", "bool"):
         return None
     floating = ir.dtypes[x] == "float32"
+    if name == "masked_scatter" and floating:
+        return _masked_scatter(ir, b, x, a["mask"], a["source"])
     if name in ("lp_pool1d", "lp_pool2d") and floating:
         return _lp_pool(b, x, name, a)
     if name == "local_response_norm" and floating:
@@ -710,6 +713,24 @@ def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | N
     if ir.dtypes[edges] != "float32":
         return None
     return b("bucketize", torch.bucketize, x, edges, right=right)
+
+
+def _masked_scatter(ir: ProgramIR, b: _Builder, x: Ref, mask: Any, source: Any) -> Ref | None:
+    """``x.masked_scatter(mask, source)``: the k-th position the mask selects (row-major) takes
+    ``source``'s k-th element, the others keep ``x`` (image features merged into a token
+    sequence). A running count of the mask says which element each one takes."""
+    if not isinstance(mask, Ref) or not isinstance(source, Ref):
+        return None
+    if ir.dtypes[mask] != "bool" or ir.dtypes[source] != "float32":
+        return None
+    shape = list(ir.shapes[x])
+    if list(ir.shapes[mask]) != shape:
+        mask = b("expand", "expand", mask, shape)
+    count = b("cumsum", torch.cumsum, b("long", "long", b("reshape", "reshape", mask, -1)), 0)
+    last = max(1, numel(tuple(ir.shapes[source]))) - 1
+    at = b("clamp", torch.clamp, b("sub", torch.sub, count, 1), 0, last)
+    taken = b("gather", torch.gather, b("reshape", "reshape", source, -1), 0, at)
+    return b("where", torch.where, mask, b("view", "view", taken, *shape), x)
 
 
 def _fold(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
