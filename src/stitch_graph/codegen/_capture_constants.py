@@ -3,9 +3,10 @@
 A detector's grid of cell centres, ``(torch.arange(H) + 0.5) * stride`` spread by
 ``meshgrid``, depends on no input and no module state, yet it was two kernels on every call.
 Such a value is computed here, on the CPU, and baked into the program like the constants it
-comes from, where it would be a kernel of its own (a copy, a scan, a reduction). Only constants the forward builds are read (never a parameter or buffer, which
-``load_state_dict`` may change), no random draw is folded, and a result over ``_MAX_BAKED``
-elements stays a kernel.
+comes from, where it would be a kernel of its own (a copy, a scan, a reduction). Only
+constants the forward builds are read (never a parameter or buffer, which ``load_state_dict``
+may change), no random draw is folded, and a result over ``_MAX_BAKED`` elements stays a
+kernel.
 """
 
 from __future__ import annotations

@@ -210,6 +210,7 @@ class _SortEmitter(_EmitterBase):
         params: list[str] = []
         if chunks > 1:
             span = math.ceil(length / chunks)
+            chunks = math.ceil(length / span)  # none empty
             src = [
                 f"// {what}, first stage: {lines_n} line(s) of {length} element(s) in {chunks} "
                 f"chunks of {span}, a block per chunk selecting its {k} best keys",

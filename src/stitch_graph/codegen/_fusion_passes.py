@@ -22,7 +22,8 @@ from stitch_graph.codegen.ops import (
     lookup,
 )
 
-_READS_THROUGH = ("cat", "stack", "interleave", "flip", "roll", "pad")  # indexed ops whose rule reads with ``_read``
+# indexed ops whose rule reads its operand with ``_read``
+_READS_THROUGH = ("cat", "stack", "interleave", "flip", "roll", "pad")
 
 
 def _through_parameters(
@@ -203,7 +204,11 @@ def _chain_through(
     while True:  # a member whose operand is computed in the kernel, not here, is not one
         dropped = [
             name for name, params in found.items()
-            if any(ir.node(name).args[p].name in inside - found.keys() for p in params)
+            if any(
+                ir.node(name).args[p].kind == "node"
+                and ir.node(name).args[p].name in inside - found.keys()
+                for p in params
+            )
             or (users[name][0] not in readers and users[name][0] not in found)
         ]
         if not dropped:
