@@ -1,6 +1,7 @@
-"""Values computed from constants alone are baked at capture (``_capture_constants``): a grid
-of cell centres from ``arange`` and ``meshgrid``, a causal mask from ``ones`` and ``triu``. A
-module's buffer is never folded, since ``load_state_dict`` may change it."""
+"""Values computed from constants alone are baked at capture (``_capture_constants``) where
+they would be a kernel of their own: a grid of cell centres from ``arange`` and ``meshgrid``
+copied flat, a scan of a mask from ``ones`` and ``triu``. A module's buffer is never folded,
+since ``load_state_dict`` may change it."""
 
 from __future__ import annotations
 
