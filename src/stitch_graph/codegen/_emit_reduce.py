@@ -141,15 +141,17 @@ def _two_stage_launch(
     launch1: tuple[int, int],
     launch2: tuple[int, int],
     aligned: list[str] | None = None,
+    bytes_each: int = 16,
 ) -> list[str]:
-    """Host lines of a split reduction: a workspace of ``partials`` accumulators (16 bytes
-    a reduction), stage ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``.
+    """Host lines of a split reduction: a workspace of ``partials`` partial results of
+    ``bytes_each`` bytes a reduction (16: an accumulator; 8: a top-k's key), stage
+    ``<kernel>_part`` writing them, then ``<kernel>`` combining them into ``out``.
     With ``aligned`` (tensors read or written as float4, ``out`` besides), both stages run as
     their ``_v4`` twins when every one starts on a 16-byte boundary, else as the scalar pair."""
     ws = f"_ws_{g.id}"
     p1 = ", ".join([*(_py(r) for r in args.refs), ws])
     p2 = ", ".join([*(_py(r) for r in args2.refs), ws, out.name])
-    size = partials * 16 * len(g.anchors)
+    size = partials * bytes_each * len(g.anchors)
     alloc_ws = f"{ws} = torch.empty({size}, device=_dev, dtype=torch.uint8)"
     alloc_out = (
         f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "

@@ -15,15 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stitch_graph.codegen._emit_base import (
-    _CTYPE,
-    _MAX_GRID,
-    _TORCH_DTYPE,
-    _Args,
-    _EmitterBase,
-    _line_layout,
-    _py,
-)
+from stitch_graph.codegen._emit_base import _CTYPE, _MAX_GRID, _Args, _EmitterBase, _line_layout
+from stitch_graph.codegen._emit_reduce import _two_stage_launch
 from stitch_graph.codegen.ir import Group, OpNode, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -259,15 +252,11 @@ class _SortEmitter(_EmitterBase):
         if chunks == 1:
             return self._add_kernel(src, kernel, grid, threads, code.args, out)
         self.kernels.append("\n".join(src))
-        ws, refs = f"_ws_{g.id}", [_py(r) for r in code.args.refs]
-        return [
-            f"{ws} = torch.empty({lines_n * chunks * k}, device=_dev, dtype=torch.int64)",
-            f"KERNELS.{kernel}_part({max(1, min(lines_n * chunks, _MAX_GRID))}, {threads}, "
-            f"{', '.join([*refs, ws])})",
-            f"{out.name} = torch.empty({list(out.shape)}, device=_dev, "
-            f"dtype={_TORCH_DTYPE.get(out.dtype, 'torch.float32')})",
-            f"KERNELS.{kernel}({grid}, {threads}, {', '.join([*refs, ws, out.name])})",
-        ]
+        first = (max(1, min(lines_n * chunks, _MAX_GRID)), threads)
+        return _two_stage_launch(
+            g, kernel, out, code.args, code.args, lines_n * chunks * k, first, (grid, threads),
+            bytes_each=8,
+        )
 
 
 def _topk_chunks(lines: int, length: int, k: int, split: bool | None) -> int:
