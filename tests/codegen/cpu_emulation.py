@@ -34,6 +34,7 @@ static sg_dim3 blockIdx, threadIdx, gridDim, blockDim;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float __int_as_float(int v) { float f; __builtin_memcpy(&f, &v, 4); return f; }
 static inline float __uint_as_float(unsigned v) { float f; __builtin_memcpy(&f, &v, 4); return f; }
@@ -77,6 +78,7 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 _SERIAL_SYNC = r"""
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
+static inline int __syncthreads_or(int) { return 1; }  // no block to ask: nothing is skipped
 """
 # block threads as coroutines: barriers and shuffles with CUDA's semantics (all lanes take part)
 _COOPERATIVE_SYNC = r"""
@@ -113,6 +115,15 @@ static void sg_wait(int* count, unsigned* gen, int alive) {
 }
 static void sg_warp_sync() { const int w = sg_cur >> 5; sg_wait(&sg_warp_count[w], &sg_warp_gen[w], sg_alive(w * 32, 32)); }
 static inline void __syncthreads() { sg_wait(&sg_block_count, &sg_block_gen, sg_alive(0, sg_threads.size())); }
+static int sg_or_flag;
+static inline int __syncthreads_or(int p) {  // thread 0 clears, every thread adds, all read
+  __syncthreads();
+  if (sg_cur == 0) sg_or_flag = 0;
+  __syncthreads();
+  if (p) sg_or_flag = 1;
+  __syncthreads();
+  return sg_or_flag;
+}
 template <class T> static T sg_exchange(T v, int lane) {
   __builtin_memcpy(&sg_slots[sg_cur], &v, sizeof(T));
   sg_warp_sync();

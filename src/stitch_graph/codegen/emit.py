@@ -44,6 +44,7 @@ from stitch_graph.artifacts import Candidate, Plan
 from stitch_graph.codegen._capture_guards import GUARD_OP
 from stitch_graph.codegen._cat_slices import cat_slices, copied_slices, slices_of
 from stitch_graph.codegen._cuda import PRELUDE
+from stitch_graph.codegen._emit_attention import _AttentionEmitter
 from stitch_graph.codegen._emit_base import EmitError, _py
 from stitch_graph.codegen._emit_conv import _ConvEmitter
 from stitch_graph.codegen._emit_gemm import _GemmEmitter
@@ -54,6 +55,7 @@ from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_row_stages import _RowStagesEmitter
 from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
+from stitch_graph.codegen._fusion_attention import split as split_attention
 from stitch_graph.codegen._fusion_passes import read_through
 from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
 from stitch_graph.codegen.ir import Group, OpNode, ProgramIR, Ref, contiguous_strides
@@ -76,6 +78,7 @@ _STYLES: dict[str, str] = {
     "scan": "scan",
     "rnn": "rnn",
     "scatter": "scatter",
+    "attention": "attention",
 }
 
 
@@ -89,6 +92,7 @@ class _Emitter(
     _RnnEmitter,
     _ScatterEmitter,
     _RegionEmitter,
+    _AttentionEmitter,
 ):
     """The emitter of a program: the expression/pointwise core plus one mixin per kernel
     style; ``emit`` dispatches a group to its style through ``_STYLES``."""
@@ -291,6 +295,8 @@ def _split_unfused(ir: ProgramIR, g: Group) -> list[Group]:
     and each sibling reduction a kernel of its own (with its own prologue)."""
     if g.anchor is None:
         return [g]
+    if g.kind == "attention":  # the three kernels it replaced, each fused as it was
+        return split_attention(ir, g)
     parts = _split_unfused(ir, g.before) if g.before is not None else []
     for n, anchor in enumerate(g.anchors):
         part = f"{g.id}s{n}" if n else g.id

@@ -34,7 +34,7 @@ __all__ = [
 
 RefKind = Literal["input", "param", "node"]
 GroupKind = Literal[
-    "pointwise", "reduction", "norm", "softmax", "gemm", "conv", "rnn", "scatter"
+    "pointwise", "reduction", "norm", "softmax", "gemm", "conv", "rnn", "scatter", "attention"
 ]
 
 

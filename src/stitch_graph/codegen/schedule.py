@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stitch_graph.artifacts import HostPlan, Hotspot, Plan, TodoItem
+from stitch_graph.codegen._fusion_attention import attention_group, join_attention
 from stitch_graph.codegen._fusion_passes import (
     broadcasts,
     computable_on_load,
@@ -91,6 +92,7 @@ _ITEM_KIND = {
     "scan": "reduction",
     "rnn": "gemm",
     "scatter": "pointwise",
+    "attention": "gemm",
 }
 LAUNCH_US = 4.0  # host launch cost of one kernel through the CuPy launcher, about
 HBM_BYTES_PER_US = 3.0e6  # H200-class DRAM bandwidth, bytes per microsecond
@@ -590,6 +592,7 @@ def schedule_program(ir: ProgramIR) -> list[Group]:
     join_row_passes(ir, groups, group_of, users, _siblings_fit)
     join_dependent_row_passes(ir, groups, group_of, users, is_view(ir), _rows_of)
     fold_shared_producers(ir, groups, group_of, users)
+    join_attention(ir, groups, group_of, users)
     for g in groups:
         g.prologue.sort(key=order.__getitem__)
         g.epilogue.sort(key=order.__getitem__)
@@ -727,6 +730,8 @@ def _constraints(ir: ProgramIR, group: Group) -> list[str]:
         items.append("64-bit indexing (numel >= 2^31)")
     if group.kind == "pointwise":
         items.append("float4 path only when numel % 4 == 0 and all full operands 16-byte aligned")
+    if group.kind == "attention":
+        items.append("scores in registers, online softmax; keys in tiles of 32 through shared memory")
     if group.kind == "gemm":
         items.append("cuBLAS in true FP32 (CUBLAS_DEFAULT_MATH, no TF32) on PyTorch's stream")
     if group.kind == "conv":
@@ -923,6 +928,10 @@ def groups_from_plan(ir: ProgramIR, plan: Plan) -> list[Group]:
         members = sorted(item.ops, key=order.__getitem__)
         kinds = {m: node_kind(ir, ir.node(m))[0] for m in members}
         anchors = [m for m in members if kinds[m] != "pointwise"]
+        attention = attention_group(ir, item.id, members) if len(anchors) > 1 else None
+        if attention is not None:
+            groups.append(attention)
+            continue
         if not anchors:
             groups.append(Group(item.id, "pointwise", None, [], members, members[-1]))
             continue

@@ -1,0 +1,342 @@
+"""Fused attention (``_fusion_attention``): one block a tile of queries of one batch entry,
+walking the keys in tiles of 32 through shared memory, scores and probabilities in registers.
+
+Each thread holds 4 query rows by 4 keys of a tile's scores (keys ``tx + 8 b``, so the lanes
+of a warp read eight different key rows of shared memory without a bank conflict) and, for the
+same 4 rows, its columns of the output. The scores' pointwise chain (scale, mask, bias) runs on
+them where they are computed; the softmax is online (a running maximum and sum a row, the
+eight lanes sharing a row reduced by shuffles). A tile that a mask hides from every query of
+the block (a causal mask's upper triangle) is skipped before its scores are computed.
+
+``_AttentionEmitter`` is a mixin of ``emit._Emitter``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from stitch_graph.codegen._emit_base import EmitError, _Args, _EmitterBase, _literal, _offset
+from stitch_graph.codegen._fusion_attention import Attention, find
+from stitch_graph.codegen.ir import Group, Ref, numel
+from stitch_graph.codegen.tuning import KernelTuning
+
+_KEYS = 32  # keys a tile
+_LANES = _KEYS // 4  # threads sharing a query row
+_SHARED_FLOATS = 12 * 1024  # 48 KB of static shared memory
+
+
+def _pad4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+def _tiles(head: int, dv: int, tun: KernelTuning) -> tuple[int, int, int, int, int]:
+    """Query rows a block (the tuning's ``rows_per_block``, else the most that fit in shared
+    memory, at most 64) and the row pitches of the q, k/v and probability tiles."""
+    cols = math.ceil(dv / (4 * _LANES)) * 4 * _LANES  # v columns the lanes cover, 4 each
+    ld_q = _pad4(head) + 4
+    ld_kv = max(_pad4(head), cols) + 4
+    ld_p = _KEYS + 4
+    for rows in (64, 32, 16):
+        if tun.rows_per_block and rows != tun.rows_per_block:
+            continue
+        if rows * ld_q + _KEYS * ld_kv + rows * ld_p <= _SHARED_FLOATS:
+            return rows, ld_q, ld_kv, ld_p, cols
+    msg = f"attention with rows of {head} and {dv} does not fit {tun.rows_per_block or 16} queries"
+    raise EmitError(msg)
+
+
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+
+
+class _AttentionEmitter(_EmitterBase):
+    """The fused attention kernel (``attention``)."""
+
+    def attention(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        ir = self.ir
+        found = find(ir, g.members, ir.users())
+        if found is None:
+            msg = f"{g.id}: its members are not an attention"
+            raise EmitError(msg)
+        s_node, o_node = ir.node(found.scores), ir.node(found.product)
+        q, kt, v = s_node.args["input"], s_node.args["other"], o_node.args["other"]
+        shape, out_shape = tuple(s_node.shape), tuple(o_node.shape)
+        batch, (lq, lk) = shape[:-2], shape[-2:]
+        head, dv = ir.shapes[q][-1], ir.shapes[v][-1]
+        rows, ld_q, ld_kv, ld_p, cols = _tiles(head, dv, tun)
+        threads = rows // 4 * _LANES
+        blocks_q = math.ceil(lq / rows)
+        spans = [numel(shape), numel(out_shape), *(
+            _extent(ir.shapes[r], ir.strides[r]) for r in (q, kt, v))]
+        ix = "long long" if max(spans) >= 2**31 else "int"
+        args = _Args(ir, row=(shape, lk))
+        qa, ka, va = args.param(q), args.param(kt), args.param(v)
+
+        def base(ref: Ref) -> str:
+            rshape, rstrides = ir.shapes[ref], ir.strides[ref]
+            return _offset(tuple(rshape[:-2]), tuple(rstrides[:-2]), batch, "bidx")
+
+        sq, sk, sv = ir.strides[q], ir.strides[kt], ir.strides[v]
+        dp = _pad4(head)
+        softmax = found.softmax is not None
+        hidden = -math.inf if softmax else 0.0
+        score_lines, score = self._score(found, shape, args)
+        mask = self._tile_mask(found, shape, args)
+        env_out: dict[str, str] = {found.product: "acc"}
+        epilogue = self.exprs(found.epilogue, out_shape, "i", env_out, args)
+        result = env_out[g.output] if found.epilogue else "acc"
+        width = cols // (4 * _LANES)
+        src = [
+            f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
+            f"{args.signature(['float* __restrict__ out'])}) {{",
+            f"  __shared__ __align__(16) float sq[{rows * ld_q}];",
+            f"  __shared__ __align__(16) float skv[{_KEYS * ld_kv}];",
+            f"  __shared__ __align__(16) float sp[{rows * ld_p}];",
+            f"  const int tid = threadIdx.x, ty = tid / {_LANES}, tx = tid % {_LANES};",
+            f"  const {ix} bidx = blockIdx.x / {blocks_q};",
+            f"  const {ix} q0 = ({ix})(blockIdx.x % {blocks_q}) * {rows};",
+            f"  const {ix} qoff = {base(q)}, koff = {base(kt)}, voff = {base(v)};",
+            f"  for (int e = tid; e < {rows * dp}; e += {threads}) {{",
+            f"    const int rr = e / {dp}, d = e % {dp};",
+            f"    const {ix} qq = q0 + rr;",
+            f"    sq[rr * {ld_q} + d] = (qq < {lq} && d < {head}) ? "
+            f"{qa}[qoff + qq * {sq[-2]} + ({ix})d * {sq[-1]}] : 0.f;",
+            "  }",
+            "  float m[4], l[4], o[4][" + str(4 * width) + "];",
+            "#pragma unroll",
+            "  for (int a = 0; a < 4; ++a) {",
+            "    m[a] = -SG_INF; l[a] = 0.f;",
+            "#pragma unroll",
+            f"    for (int c = 0; c < {4 * width}; ++c) o[a][c] = 0.f;",
+            "  }",
+            f"  for ({ix} k0 = 0; k0 < {lk}; k0 += {_KEYS}) {{",
+            *([f"    {line}" for line in mask] if mask else []),
+            "    __syncthreads();",
+            f"    for (int e = tid; e < {_KEYS * dp}; e += {threads}) {{",
+            f"      const int c = e / {dp}, d = e % {dp};",
+            f"      const {ix} kk = k0 + c;",
+            f"      skv[c * {ld_kv} + d] = (kk < {lk} && d < {head}) ? "
+            f"{ka}[koff + kk * {sk[-1]} + ({ix})d * {sk[-2]}] : 0.f;",
+            "    }",
+            "    __syncthreads();",
+            "    float s[4][4];",
+            "#pragma unroll",
+            "    for (int a = 0; a < 4; ++a)",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b) s[a][b] = 0.f;",
+            "#pragma unroll 4",
+            f"    for (int d = 0; d < {dp}; d += 4) {{",
+            "      float4 qv[4], kv[4];",
+            "#pragma unroll",
+            "      for (int a = 0; a < 4; ++a)",
+            f"        qv[a] = *reinterpret_cast<const float4*>(&sq[(ty * 4 + a) * {ld_q} + d]);",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b)",
+            f"        kv[b] = *reinterpret_cast<const float4*>(&skv[(tx + {_LANES} * b) * {ld_kv}"
+            " + d]);",
+            "#pragma unroll",
+            "      for (int a = 0; a < 4; ++a)",
+            "#pragma unroll",
+            "        for (int b = 0; b < 4; ++b)",
+            "          s[a][b] = fmaf(qv[a].w, kv[b].w, fmaf(qv[a].z, kv[b].z, "
+            "fmaf(qv[a].y, kv[b].y, fmaf(qv[a].x, kv[b].x, s[a][b]))));",
+            "    }",
+            "#pragma unroll",
+            "    for (int a = 0; a < 4; ++a) {",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b) {",
+            f"        const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
+            f"        float p = {_literal(hidden)};",
+            f"        if (qq < {lq} && kk < {lk}) {{",
+            f"          const {ix} r = bidx * {lq} + qq;",
+            f"          const {ix} i = r * {lk} + kk;",
+            *(f"          {line}" for line in score_lines),
+            f"          p = (float)({score});",
+            "        }",
+            "        s[a][b] = p;",
+            "      }",
+            "    }",
+            *(self._online_softmax(width) if softmax else []),
+            "#pragma unroll",
+            "    for (int a = 0; a < 4; ++a)",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b)",
+            f"        sp[(ty * 4 + a) * {ld_p} + tx + {_LANES} * b] = s[a][b];",
+            "    __syncthreads();",
+            f"    for (int e = tid; e < {_KEYS * cols}; e += {threads}) {{",
+            f"      const int c = e / {cols}, j = e % {cols};",
+            f"      const {ix} kk = k0 + c;",
+            f"      skv[c * {ld_kv} + j] = (kk < {lk} && j < {dv}) ? "
+            f"{va}[voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}] : 0.f;",
+            "    }",
+            "    __syncthreads();",
+            "#pragma unroll 2",
+            f"    for (int kk = 0; kk < {_KEYS}; kk += 4) {{",
+            "      float4 pv[4];",
+            "#pragma unroll",
+            "      for (int a = 0; a < 4; ++a)",
+            f"        pv[a] = *reinterpret_cast<const float4*>(&sp[(ty * 4 + a) * {ld_p} + kk]);",
+            "#pragma unroll",
+            "      for (int j = 0; j < 4; ++j) {",
+            "#pragma unroll",
+            f"        for (int w = 0; w < {width}; ++w) {{",
+            "          const float4 vv = *reinterpret_cast<const float4*>("
+            f"&skv[(kk + j) * {ld_kv} + tx * 4 + {4 * _LANES} * w]);",
+            "#pragma unroll",
+            "          for (int a = 0; a < 4; ++a) {",
+            "            const float pj = reinterpret_cast<const float*>(&pv[a])[j];",
+            "            o[a][w * 4] = fmaf(pj, vv.x, o[a][w * 4]);",
+            "            o[a][w * 4 + 1] = fmaf(pj, vv.y, o[a][w * 4 + 1]);",
+            "            o[a][w * 4 + 2] = fmaf(pj, vv.z, o[a][w * 4 + 2]);",
+            "            o[a][w * 4 + 3] = fmaf(pj, vv.w, o[a][w * 4 + 3]);",
+            "          }",
+            "        }",
+            "      }",
+            "    }",
+            "  }",
+            "#pragma unroll",
+            "  for (int a = 0; a < 4; ++a) {",
+            f"    const {ix} qq = q0 + ty * 4 + a;",
+            f"    if (qq >= {lq}) continue;",
+            f"    const float inv = {'1.f / l[a]' if softmax else '1.f'};",
+            "#pragma unroll",
+            f"    for (int w = 0; w < {width}; ++w) {{",
+            "#pragma unroll",
+            "      for (int j = 0; j < 4; ++j) {",
+            f"        const int col = tx * 4 + {4 * _LANES} * w + j;",
+            f"        if (col >= {dv}) continue;",
+            f"        const {ix} r = bidx * {lq} + qq;",
+            f"        const {ix} i = r * {dv} + col;",
+            "        const float acc = o[a][w * 4 + j] * inv;",
+            *(f"        {line}" for line in epilogue),
+            f"        out[i] = {result};",
+            "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = blocks_q * numel(batch)
+        return self._add_kernel(src, kernel, grid, threads, args, ir.node(g.output))
+
+    def _score(self, found: Attention, shape: tuple[int, ...], args: _Args) -> tuple[list[str], str]:
+        """The chain's lines at score element ``i`` (row ``r``), the score held in
+        ``s[a][b]``, and the value the softmax (or the product) takes."""
+        env = {found.scores: "s[a][b]"}
+        lines = self.exprs(found.chain, shape, "i", env, args)
+        if found.softmax is not None:
+            taken = self.ir.node(found.softmax).args["input"]
+        else:
+            taken = self.ir.node(found.product).args["input"]
+        return lines, env[taken.name]
+
+    def _tile_mask(self, found: Attention, shape: tuple[int, ...], args: _Args) -> list[str]:
+        """Lines that skip a key tile (``continue``) when a mask hides every score of it from
+        every query of the block: the softmax's input is ``masked_fill(x, mask, -inf)`` (a ReLU
+        of it, or a fill with 0, without a softmax) with a mask that does not read the scores.
+        Empty where there is no such mask."""
+        hiding = _hiding_fill(self.ir, found)
+        if hiding is None:
+            return []
+        node = self.ir.node(hiding)
+        mask = node.args["mask"]
+        env: dict[str, str] = {}
+        if mask.kind == "node" and mask.name in found.chain:
+            feeding = _feeding(self.ir, found.chain, mask.name)
+            lines = self.exprs(feeding, shape, "i", env, args)
+            value = env[mask.name]
+        else:
+            lines = []
+            value = args.load(mask, shape, "i", node.attrs.get("bshape", {}).get("mask"))
+        lq, lk = shape[-2:]
+        ix = "long long" if numel(shape) >= 2**31 else "int"
+        return [
+            "bool live = false;",
+            "#pragma unroll",
+            "for (int a = 0; a < 4; ++a) {",
+            "#pragma unroll",
+            "  for (int b = 0; b < 4; ++b) {",
+            f"    const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
+            f"    if (qq < {lq} && kk < {lk}) {{",
+            f"      const {ix} r = bidx * {lq} + qq;",
+            f"      const {ix} i = r * {lk} + kk;",
+            *(f"      {line}" for line in lines),
+            f"      live = live || !({value});",
+            "    }",
+            "  }",
+            "}",
+            "if (!__syncthreads_or(live)) continue;",
+        ]
+
+    @staticmethod
+    def _online_softmax(width: int) -> list[str]:
+        """The running maximum and sum of each of the thread's rows updated with this tile, the
+        output rescaled, the tile's probabilities left in ``s``."""
+        shuffle = [f"      x = {op}(x, __shfl_xor_sync(SG_FULL, x, {k}));"
+                   for op in ("fmaxf",) for k in (4, 2, 1)]
+        return [
+            "#pragma unroll",
+            "    for (int a = 0; a < 4; ++a) {",
+            "      float x = fmaxf(fmaxf(s[a][0], s[a][1]), fmaxf(s[a][2], s[a][3]));",
+            *shuffle,
+            "      const float top = fmaxf(m[a], x);",
+            "      const float base = top == -SG_INF ? 0.f : top;",
+            "      const float keep = __expf(m[a] - base);",
+            "      float sum = 0.f;",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b) {",
+            "        s[a][b] = __expf(s[a][b] - base);",
+            "        sum += s[a][b];",
+            "      }",
+            *(f"      sum += __shfl_xor_sync(SG_FULL, sum, {k});" for k in (4, 2, 1)),
+            "      l[a] = l[a] * keep + sum;",
+            "      m[a] = top;",
+            "#pragma unroll",
+            f"      for (int c = 0; c < {4 * width}; ++c) o[a][c] *= keep;",
+            "    }",
+        ]
+
+
+def _feeding(ir, chain: list[str], name: str) -> list[str]:  # noqa: ANN001
+    """The members of ``chain`` that ``name`` is computed from, itself included, in order."""
+    needed = {name}
+    for m in reversed(chain):
+        if m in needed:
+            needed |= {r.name for r in ir.node(m).tensor_refs() if r.kind == "node"}
+    return [m for m in chain if m in needed]
+
+
+def _hiding_fill(ir, found: Attention) -> str | None:  # noqa: ANN001
+    """The ``masked_fill`` whose mask hides scores from the result, where one does: it fills
+    with ``-inf`` and is the softmax's input, or (no softmax) it fills with 0 or ``-inf`` and
+    only ReLUs follow it to the product. Its mask must not read the scores."""
+    chain = found.chain
+    if found.softmax is not None:
+        taken = ir.node(found.softmax).args["input"].name
+        node = ir.node(taken)
+        if node.op != "masked_fill" or float(node.args.get("value", 0)) != -math.inf:
+            return None
+    else:
+        taken = ir.node(found.product).args["input"].name
+        while taken in chain and ir.node(taken).op == "relu":
+            taken = ir.node(taken).args["input"].name
+        node = ir.node(taken)
+        relu_after = taken != ir.node(found.product).args["input"].name
+        value = node.args.get("value", 1) if node.op == "masked_fill" else 1
+        if node.op != "masked_fill" or not isinstance(value, int | float):
+            return None
+        if not (float(value) == 0.0 or (relu_after and float(value) == -math.inf)):
+            return None
+    mask = node.args.get("mask")
+    if not isinstance(mask, Ref) or taken not in chain:
+        return None
+    if mask.kind == "node" and mask.name in chain:
+        needed = _feeding(ir, chain, mask.name)
+        scored = {found.scores}
+        for m in chain:
+            if any(r.kind == "node" and r.name in scored for r in ir.node(m).tensor_refs()):
+                scored.add(m)
+        if set(needed) & scored:
+            return None
+    elif mask.kind == "node" and mask.name == found.scores:
+        return None
+    return taken

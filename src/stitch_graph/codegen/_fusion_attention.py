@@ -1,0 +1,212 @@
+"""Attention as one kernel: ``softmax(f(q @ k.T)) @ v`` with the scores kept on chip.
+
+Scheduled apart, attention is a batched GEMM writing the (..., Lq, Lk) scores, a row kernel
+applying the scale, the mask and the softmax, and a second GEMM reading the probabilities back:
+the scores cross memory four times, and for long sequences they are most of the traffic
+(KernelBench L3 43: 1 GB of scores against 0.2 GB of q, k and v). Fused, a block keeps a tile
+of queries, walks the keys in tiles and keeps a running row maximum and sum (the online
+softmax). Without a softmax (``relu(q @ k.T) @ v``) the tiles are summed as they are.
+
+The pattern is found on groups the scheduler built (``join_attention``) and again on a plan's
+items (``attention_group``), so a Planner's own grouping is read the same way; ``split`` gives
+back the three kernels the tuner times it against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stitch_graph.codegen.ir import Group, ProgramIR, Ref
+from stitch_graph.codegen.ops import READS_ELSEWHERE, lookup
+
+_PRODUCTS = ("matmul", "bmm")
+MAX_HEAD = 128  # the widest q/k and v rows a block holds in shared memory
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The nodes of one fused attention: ``scores`` (q @ k.T), the pointwise ``chain`` on
+    them, the ``softmax`` over keys (``None``: the chain's value is summed as it is), the
+    ``product`` with the values and the pointwise ``epilogue`` on its result."""
+
+    scores: str
+    chain: list[str]
+    softmax: str | None
+    product: str
+    epilogue: list[str]
+
+    @property
+    def members(self) -> list[str]:
+        return [self.scores, *self.chain, *([self.softmax] if self.softmax else []),
+                self.product, *self.epilogue]
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
+
+
+def _product_ok(ir: ProgramIR, name: str) -> bool:
+    node = ir.node(name)
+    if node.op not in _PRODUCTS or node.dtype != "float32" or len(node.shape) < 2:
+        return False
+    a, b = node.args.get("input"), node.args.get("other")
+    if not (isinstance(a, Ref) and isinstance(b, Ref)):
+        return False
+    sa, sb = ir.shapes[a], ir.shapes[b]
+    batch = tuple(node.shape[:-2])
+    return (
+        len(sa) >= 2 and len(sb) >= 2
+        and ir.dtypes.get(a) == ir.dtypes.get(b) == "float32"
+        and _broadcasts(tuple(sa[:-2]), batch) and _broadcasts(tuple(sb[:-2]), batch)
+    )
+
+
+def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Attention | None:
+    """The attention ``members`` compute, or ``None`` where they are not one: two products
+    whose second reads the first's scores through pointwise ops and at most a softmax over
+    the keys, each intermediate read only inside, q/k and v rows at most ``MAX_HEAD`` wide."""
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    names = sorted(members, key=order.__getitem__)
+    products = [m for m in names if ir.node(m).op in _PRODUCTS]
+    if len(products) != 2 or not all(_product_ok(ir, p) for p in products):
+        return None
+    first, second = products
+    s_node, o_node = ir.node(first), ir.node(second)
+    shape = tuple(s_node.shape)
+    q, kt, v = s_node.args["input"], s_node.args["other"], o_node.args["other"]
+    head, lk = ir.shapes[q][-1], shape[-1]
+    if (
+        ir.shapes[kt][-2] != head
+        or ir.shapes[v][-2] != lk
+        or max(head, ir.shapes[v][-1]) > MAX_HEAD
+        or tuple(o_node.shape[:-2]) != shape[:-2]
+        or tuple(ir.shapes[o_node.args["input"]]) != shape
+    ):
+        return None
+    inside = set(names)
+    between = [m for m in names if order[first] < order[m] < order[second]]
+    after = [m for m in names if order[m] > order[second]]
+    if any(m not in between and m not in after and m != first and m != second for m in names):
+        return None  # a member computed before the scores
+    softmaxes = [m for m in between if ir.node(m).op == "softmax"]
+    if len(softmaxes) > 1:
+        return None
+    softmax = softmaxes[0] if softmaxes else None
+    if softmax is not None:
+        node = ir.node(softmax)
+        dim = node.args.get("dim")
+        if dim not in (-1, len(shape) - 1) or node.args.get("dtype") is not None:
+            return None
+        if tuple(node.shape) != shape or users.get(softmax) != [second]:
+            return None
+        if o_node.args["input"] != Ref("node", softmax):
+            return None
+    chain = [m for m in between if m != softmax]
+    feeding = Ref("node", softmax) if softmax else o_node.args["input"]
+    for m in [first, *chain]:
+        if any(u not in inside for u in users.get(m, [])):
+            return None  # read elsewhere: it would have to be stored
+    for m in [*chain, *after]:
+        node = ir.node(m)
+        info = lookup(node.op)
+        if info is None or info.kind != "pointwise" or node.dtype not in ("float32", "bool"):
+            return None
+        if node.op in READS_ELSEWHERE and any(
+            r.kind == "node" and r.name in inside for r in node.tensor_refs()
+        ):
+            return None  # reads a value of the kernel at another element
+        out = tuple(o_node.shape) if m in after else shape
+        if not _broadcasts(tuple(node.shape), out):
+            return None
+    for m in after:
+        if any(r.kind == "node" and r.name in [first, *chain] for r in ir.node(m).tensor_refs()):
+            return None  # the epilogue runs on the product's elements, not the scores'
+    if softmax is not None:
+        src = ir.node(softmax).args.get("input")
+        if not isinstance(src, Ref) or src.kind != "node" or src.name not in [first, *chain]:
+            return None
+    elif feeding.kind != "node" or feeding.name not in [first, *chain]:
+        return None
+    if chain and not _reaches(ir, first, chain):
+        return None
+    return Attention(first, chain, softmax, second, after)
+
+
+def _reaches(ir: ProgramIR, first: str, chain: list[str]) -> bool:
+    """Whether the chain's last value depends on the scores (not a mask alone)."""
+    seen = {first}
+    for m in chain:
+        if any(r.kind == "node" and r.name in seen for r in ir.node(m).tensor_refs()):
+            seen.add(m)
+    return chain[-1] in seen
+
+
+def join_attention(
+    ir: ProgramIR, groups: list[Group], group_of: dict[str, Group], users: dict[str, list[str]]
+) -> None:
+    """Merge each GEMM of probabilities and values with the softmax kernel and the score GEMM
+    before it into one ``attention`` group, where ``find`` reads them as one."""
+    for second in [g for g in groups if g.kind == "gemm" and not g.prologue]:
+        node = ir.node(second.anchor or "")
+        p = node.args.get("input")
+        if node.op not in _PRODUCTS or not isinstance(p, Ref) or p.kind != "node":
+            continue
+        rows = group_of.get(p.name)
+        parts = [rows] if rows is not None else []
+        if rows is not None and rows.kind == "softmax" and rows.prologue:
+            source = next(
+                (group_of[r.name] for m in rows.prologue for r in ir.node(m).tensor_refs()
+                 if r.kind == "node" and group_of.get(r.name) not in (None, rows)
+                 and group_of[r.name].kind == "gemm"),
+                None,
+            )
+            parts = [source, rows] if source is not None else []
+        elif rows is not None and rows.kind == "softmax":
+            src = ir.node(rows.anchor or "").args.get("input")
+            g = group_of.get(src.name) if isinstance(src, Ref) else None
+            parts = [g, rows] if g is not None and g.kind == "gemm" else []
+        if not parts or any(g is None or g.before is not None or g.siblings for g in parts):
+            continue
+        if parts[0].kind != "gemm" or parts[0].prologue:
+            continue
+        members = [m for g in [*parts, second] for m in g.members]
+        found = find(ir, members, users)
+        if found is None:
+            continue
+        for g in parts:
+            groups.remove(g)
+        second.kind = "attention"
+        second.prologue = [found.scores, *found.chain, *([found.softmax] if found.softmax else [])]
+        for m in second.prologue:
+            group_of[m] = second
+
+
+def attention_group(ir: ProgramIR, item: str, members: list[str]) -> Group | None:
+    """The ``attention`` group a plan item's ops form, else ``None``."""
+    found = find(ir, members, ir.users())
+    if found is None:
+        return None
+    output = found.epilogue[-1] if found.epilogue else found.product
+    prologue = [found.scores, *found.chain, *([found.softmax] if found.softmax else [])]
+    return Group(item, "attention", found.product, prologue, list(found.epilogue), output)
+
+
+def split(ir: ProgramIR, g: Group) -> list[Group]:
+    """The kernels an ``attention`` group replaced: the score GEMM, the row kernel with the
+    chain on load (or the chain as the GEMM's epilogue) and the GEMM with the values."""
+    found = find(ir, g.members, ir.users())
+    if found is None:
+        msg = f"{g.id}: not an attention"
+        raise ValueError(msg)
+    last = found.epilogue[-1] if found.epilogue else found.product
+    second = Group(g.id, "gemm", found.product, [], list(found.epilogue), last)
+    if found.softmax is None:
+        end = found.chain[-1] if found.chain else found.scores
+        return [Group(f"{g.id}a", "gemm", found.scores, [], list(found.chain), end), second]
+    return [
+        Group(f"{g.id}a", "gemm", found.scores, [], [], found.scores),
+        Group(f"{g.id}b", "softmax", found.softmax, list(found.chain), [], found.softmax),
+        second,
+    ]

@@ -1,0 +1,138 @@
+"""Attention fused into one kernel (``_fusion_attention``, ``_emit_attention``): the scores,
+their chain, the softmax and the product with the values, matched against PyTorch in the
+cooperative CPU emulation, fused and unfused; what is not an attention stays as it was."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
+
+_FUNCTIONAL = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keep", torch.tril(torch.ones(70, 70, dtype=torch.bool)))
+
+    def forward(self, q, k, v, bias):
+        {body}
+
+
+def get_inputs():
+    return [torch.randn({q}), torch.randn({k}), torch.randn({v}), torch.randn({bias})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = {
+    # SDPA's causal mask, fewer queries than keys, values narrower than keys: tiles skipped
+    "causal": (
+        "return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        "2, 3, 50, 16", "2, 3, 70, 16", "2, 3, 70, 24", "1",
+    ),
+    # an additive mask broadcast over the batch, and an epilogue on the product
+    "additive": (
+        "return F.scaled_dot_product_attention(q, k, v, attn_mask=bias) * 2.0 + 1.0",
+        "2, 2, 33, 64", "2, 2, 40, 64", "2, 2, 40, 64", "1, 2, 33, 40",
+    ),
+    # a bool buffer's triangle hides keys, a ReLU instead of a softmax: no normalisation
+    "relu": (
+        "s = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))\n"
+        "        s = s.masked_fill(~self.keep[:70, :70], float('-inf'))\n"
+        "        return F.relu(s) @ v",
+        "2, 4, 70, 12", "2, 4, 70, 12", "2, 4, 70, 12", "1",
+    ),
+    # batched products of three-dimensional tensors, keys shared by the batch (broadcast)
+    "bmm": (
+        "return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 3.0, dim=-1) @ v",
+        "3, 7, 30", "70, 30", "3, 70, 20", "1",
+    ),
+    # rows of 128: fewer queries a block fit in shared memory
+    "wide": (
+        "return torch.softmax(q @ k.transpose(-1, -2) * 0.05 + bias, dim=-1) @ v",
+        "2, 40, 128", "2, 45, 128", "2, 45, 96", "2, 40, 45",
+    ),
+}
+
+
+def _source(case: str) -> str:
+    body, q, k, v, bias = CASES[case]
+    return _FUNCTIONAL.format(body=body, q=q, k=k, v=v, bias=bias)
+
+
+def _library_products(host: str) -> int:
+    """How many cuBLAS calls the host code makes."""
+    return len(re.findall(r"^\s+_sgemm\(", host, re.M))
+
+
+def _kinds(source: str) -> list[str]:
+    from stitch_graph.codegen import capture_program
+    from stitch_graph.codegen.schedule import schedule_program
+    from stitch_graph.task import load_task
+
+    return [g.kind for g in schedule_program(capture_program(load_task(source)))]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_attention_is_one_kernel_and_matches_pytorch(case: str, tmp_path: Path) -> None:
+    source = _source(case)
+    assert _kinds(source).count("attention") == 1
+    assert "gemm" not in _kinds(source) and "softmax" not in _kinds(source)
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert _library_products(program.host_source) == 0
+    skips = "__syncthreads_or" in program.kernel_source
+    assert skips == (case in ("causal", "relu"))
+
+
+def test_unfused_attention_is_the_three_kernels_it_replaced(tmp_path: Path) -> None:
+    from stitch_graph.codegen import capture_program, plan_program
+    from stitch_graph.codegen.tuning import KernelTuning, Tuning
+    from stitch_graph.task import load_task
+
+    source = _source("causal")
+    plan = plan_program(capture_program(load_task(source)))
+    (item,) = [i.id for i in plan.items if i.kind == "gemm" and len(i.ops) > 3]
+    unfused = Tuning(kernels={item: KernelTuning(fuse=False)})
+    task, program = generate_checked(source, unfused)
+    assert "__syncthreads_or" not in program.kernel_source
+    assert _library_products(program.host_source) == 2
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_a_plan_item_of_an_attention_is_read_back_as_one() -> None:
+    from stitch_graph.codegen import capture_program, plan_program
+    from stitch_graph.codegen.schedule import groups_from_plan, schedule_program
+    from stitch_graph.task import load_task
+
+    ir = capture_program(load_task(_source("additive")))
+    assert groups_from_plan(ir, plan_program(ir)) == schedule_program(ir)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the probabilities are returned: they must be stored
+        "p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)\n        return p @ v, p",
+        # a softmax over the queries is not attention's
+        "return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v",
+    ],
+)
+def test_what_is_not_an_attention_is_not_fused(body: str) -> None:
+    source = _FUNCTIONAL.format(
+        body=body, q="2, 30, 16", k="2, 40, 16", v="2, 40, 16", bias="1"
+    )
+    kinds = _kinds(source)
+    assert "attention" not in kinds and "softmax" in kinds
