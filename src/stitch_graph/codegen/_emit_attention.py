@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import math
 
-from stitch_graph.codegen._emit_base import EmitError, _Args, _EmitterBase, _literal, _offset
+from stitch_graph.codegen._emit_base import (
+    _SMS,
+    EmitError,
+    _Args,
+    _EmitterBase,
+    _literal,
+    _offset,
+)
 from stitch_graph.codegen._fusion_attention import Attention, find
 from stitch_graph.codegen.ir import Group, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
@@ -29,20 +36,33 @@ def _pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def _tiles(head: int, dv: int, tun: KernelTuning) -> tuple[int, int, int, int, int]:
-    """Query rows a block (the tuning's ``rows_per_block``, else the most that fit in shared
-    memory, at most 64) and the row pitches of the q, k/v and probability tiles."""
+def _tiles(
+    head: int, dv: int, lq: int, blocks: int, tun: KernelTuning
+) -> tuple[int, int, int, int, int]:
+    """Query rows a block and the row pitches of the q, k/v and probability tiles. The rows
+    are the tuning's ``rows_per_block``, else, of the counts that fit in shared memory, the
+    one that leaves the fewest rows idle in the last block of a sequence (65 queries: 16, not
+    64 and 63 idle), the larger on a tie unless ``blocks`` (batch entries) are too few to fill
+    the GPU twice."""
     cols = math.ceil(dv / (4 * _LANES)) * 4 * _LANES  # v columns the lanes cover, 4 each
     ld_q = _pad4(head) + 4
     ld_kv = max(_pad4(head), cols) + 4
     ld_p = _KEYS + 4
-    for rows in (64, 32, 16):
-        if tun.rows_per_block and rows != tun.rows_per_block:
-            continue
-        if rows * ld_q + _KEYS * ld_kv + rows * ld_p <= _SHARED_FLOATS:
-            return rows, ld_q, ld_kv, ld_p, cols
-    msg = f"attention with rows of {head} and {dv} does not fit {tun.rows_per_block or 16} queries"
-    raise EmitError(msg)
+    fits = [
+        rows for rows in (64, 32, 16)
+        if rows * ld_q + _KEYS * ld_kv + rows * ld_p <= _SHARED_FLOATS
+        and tun.rows_per_block in (0, rows)
+    ]
+    if not fits:
+        msg = f"attention rows of {head} and {dv} do not fit {tun.rows_per_block or 16} queries"
+        raise EmitError(msg)
+
+    def cost(rows: int) -> tuple[int, int]:
+        few = blocks * math.ceil(lq / rows) < 2 * _SMS
+        return math.ceil(lq / rows) * rows, rows if few else -rows
+
+    rows = min(fits, key=cost)
+    return rows, ld_q, ld_kv, ld_p, cols
 
 
 def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
@@ -63,7 +83,7 @@ class _AttentionEmitter(_EmitterBase):
         shape, out_shape = tuple(s_node.shape), tuple(o_node.shape)
         batch, (lq, lk) = shape[:-2], shape[-2:]
         head, dv = ir.shapes[q][-1], ir.shapes[v][-1]
-        rows, ld_q, ld_kv, ld_p, cols = _tiles(head, dv, tun)
+        rows, ld_q, ld_kv, ld_p, cols = _tiles(head, dv, lq, numel(batch), tun)
         threads = rows // 4 * _LANES
         blocks_q = math.ceil(lq / rows)
         spans = [numel(shape), numel(out_shape), *(
