@@ -23,7 +23,7 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _offset,
 )
-from stitch_graph.codegen._fusion_attention import Attention, find
+from stitch_graph.codegen._fusion_attention import Attention, feeding, find, whole_view_base
 from stitch_graph.codegen.ir import Group, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -90,7 +90,6 @@ class _AttentionEmitter(_EmitterBase):
             _extent(ir.shapes[r], ir.strides[r]) for r in (q, kt, v))]
         ix = "long long" if max(spans) >= 2**31 else "int"
         args = _Args(ir, row=(shape, lk))
-        qa, ka, va = args.param(q), args.param(kt), args.param(v)
 
         def base(ref: Ref) -> str:
             rshape, rstrides = ir.shapes[ref], ir.strides[ref]
@@ -100,6 +99,12 @@ class _AttentionEmitter(_EmitterBase):
         dp = _pad4(head)
         softmax = found.softmax is not None
         hidden = -math.inf if softmax else 0.0
+        load_q = self._tile_load(found, q, f"sq[rr * {ld_q} + d]", f"qq < {lq} && d < {head}",
+                                 f"qoff + qq * {sq[-2]} + ({ix})d * {sq[-1]}", ix, args, "    ")
+        load_k = self._tile_load(found, kt, f"skv[c * {ld_kv} + d]", f"kk < {lk} && d < {head}",
+                                 f"koff + kk * {sk[-1]} + ({ix})d * {sk[-2]}", ix, args, "      ")
+        load_v = self._tile_load(found, v, f"skv[c * {ld_kv} + j]", f"kk < {lk} && j < {dv}",
+                                 f"voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}", ix, args, "      ")
         score_lines, score = self._score(found, shape, args)
         mask = self._tile_mask(found, shape, args)
         env_out: dict[str, str] = {found.product: "acc"}
@@ -119,8 +124,7 @@ class _AttentionEmitter(_EmitterBase):
             f"  for (int e = tid; e < {rows * dp}; e += {threads}) {{",
             f"    const int rr = e / {dp}, d = e % {dp};",
             f"    const {ix} qq = q0 + rr;",
-            f"    sq[rr * {ld_q} + d] = (qq < {lq} && d < {head}) ? "
-            f"{qa}[qoff + qq * {sq[-2]} + ({ix})d * {sq[-1]}] : 0.f;",
+            *load_q,
             "  }",
             "  float m[4], l[4], o[4][" + str(4 * width) + "];",
             "#pragma unroll",
@@ -135,8 +139,7 @@ class _AttentionEmitter(_EmitterBase):
             f"    for (int e = tid; e < {_KEYS * dp}; e += {threads}) {{",
             f"      const int c = e / {dp}, d = e % {dp};",
             f"      const {ix} kk = k0 + c;",
-            f"      skv[c * {ld_kv} + d] = (kk < {lk} && d < {head}) ? "
-            f"{ka}[koff + kk * {sk[-1]} + ({ix})d * {sk[-2]}] : 0.f;",
+            *load_k,
             "    }",
             "    __syncthreads();",
             "    float s[4][4];",
@@ -186,8 +189,7 @@ class _AttentionEmitter(_EmitterBase):
             f"    for (int e = tid; e < {_KEYS * cols}; e += {threads}) {{",
             f"      const int c = e / {cols}, j = e % {cols};",
             f"      const {ix} kk = k0 + c;",
-            f"      skv[c * {ld_kv} + j] = (kk < {lk} && j < {dv}) ? "
-            f"{va}[voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}] : 0.f;",
+            *load_v,
             "    }",
             "    __syncthreads();",
             "#pragma unroll 2",
@@ -238,6 +240,39 @@ class _AttentionEmitter(_EmitterBase):
         grid = blocks_q * numel(batch)
         return self._add_kernel(src, kernel, grid, threads, args, ir.node(g.output))
 
+    def _tile_load(
+        self,
+        found: Attention,
+        ref: Ref,
+        slot: str,
+        inside: str,
+        offset: str,
+        ix: str,
+        args: _Args,
+        indent: str,
+    ) -> list[str]:
+        """Lines storing into ``slot`` the element of operand ``ref`` at ``offset`` (0 where
+        ``inside`` is false): a load, or, for an operand a pointwise chain of the group
+        computes, that chain at the element (the offset into the viewed value, which is
+        contiguous, is its index)."""
+        base, _ = whole_view_base(self.ir, ref)
+        chain = found.operands.get(base.name) if base.kind == "node" else None
+        if not chain:
+            return [f"{indent}{slot} = ({inside}) ? {args.param(ref)}[{offset}] : 0.f;"]
+        env: dict[str, str] = {}
+        lines = self.exprs(chain, tuple(self.ir.shapes[base]), "xi", env, args)
+        return [
+            f"{indent}{{",
+            f"{indent}  float x = 0.f;",
+            f"{indent}  if ({inside}) {{",
+            f"{indent}    const {ix} xi = {offset};",
+            *(f"{indent}    {line}" for line in lines),
+            f"{indent}    x = {env[base.name]};",
+            f"{indent}  }}",
+            f"{indent}  {slot} = x;",
+            f"{indent}}}",
+        ]
+
     def _score(self, found: Attention, shape: tuple[int, ...], args: _Args) -> tuple[list[str], str]:
         """The chain's lines at score element ``i`` (row ``r``), the score held in
         ``s[a][b]``, and the value the softmax (or the product) takes."""
@@ -261,8 +296,8 @@ class _AttentionEmitter(_EmitterBase):
         mask = node.args["mask"]
         env: dict[str, str] = {}
         if mask.kind == "node" and mask.name in found.chain:
-            feeding = _feeding(self.ir, found.chain, mask.name)
-            lines = self.exprs(feeding, shape, "i", env, args)
+            computed = feeding(self.ir, found.chain, mask.name)
+            lines = self.exprs(computed, shape, "i", env, args)
             value = env[mask.name]
         else:
             lines = []
@@ -316,15 +351,6 @@ class _AttentionEmitter(_EmitterBase):
         ]
 
 
-def _feeding(ir, chain: list[str], name: str) -> list[str]:  # noqa: ANN001
-    """The members of ``chain`` that ``name`` is computed from, itself included, in order."""
-    needed = {name}
-    for m in reversed(chain):
-        if m in needed:
-            needed |= {r.name for r in ir.node(m).tensor_refs() if r.kind == "node"}
-    return [m for m in chain if m in needed]
-
-
 def _hiding_fill(ir, found: Attention) -> str | None:  # noqa: ANN001
     """The ``masked_fill`` whose mask hides scores from the result, where one does: it fills
     with ``-inf`` and is the softmax's input, or (no softmax) it fills with 0 or ``-inf`` and
@@ -350,7 +376,7 @@ def _hiding_fill(ir, found: Attention) -> str | None:  # noqa: ANN001
     if not isinstance(mask, Ref) or taken not in chain:
         return None
     if mask.kind == "node" and mask.name in chain:
-        needed = _feeding(ir, chain, mask.name)
+        needed = feeding(ir, chain, mask.name)
         scored = {found.scores}
         for m in chain:
             if any(r.kind == "node" and r.name in scored for r in ir.node(m).tensor_refs()):

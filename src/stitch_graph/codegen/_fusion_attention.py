@@ -14,12 +14,15 @@ back the three kernels the tuner times it against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stitch_graph.codegen.ir import Group, ProgramIR, Ref
 from stitch_graph.codegen.ops import READS_ELSEWHERE, lookup
 
 _PRODUCTS = ("matmul", "bmm")
+# views that keep the element at offset 0 where it was: the viewed value's index is the offset
+_WHOLE_VIEWS = ("view", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose",
+                "t", "expand", "expand_as", "view_as")
 MAX_HEAD = 128  # the widest q/k and v rows a block holds in shared memory
 
 
@@ -27,17 +30,32 @@ MAX_HEAD = 128  # the widest q/k and v rows a block holds in shared memory
 class Attention:
     """The nodes of one fused attention: ``scores`` (q @ k.T), the pointwise ``chain`` on
     them, the ``softmax`` over keys (``None``: the chain's value is summed as it is), the
-    ``product`` with the values and the pointwise ``epilogue`` on its result."""
+    ``product`` with the values and the pointwise ``epilogue`` on its result. ``operands``:
+    for q, k or v (the products' operands, by node name of the value viewed) computed where
+    the kernel loads them, the pointwise members that compute it (a scale, a rotary
+    embedding)."""
 
     scores: str
     chain: list[str]
     softmax: str | None
     product: str
     epilogue: list[str]
+    operands: dict[str, list[str]] = field(default_factory=dict)
+
+    def q(self, ir: ProgramIR) -> Ref:
+        return ir.node(self.scores).args["input"]
+
+    def k(self, ir: ProgramIR) -> Ref:
+        """The keys, transposed: (..., head, keys)."""
+        return ir.node(self.scores).args["other"]
+
+    def v(self, ir: ProgramIR) -> Ref:
+        return ir.node(self.product).args["other"]
 
     @property
     def members(self) -> list[str]:
-        return [self.scores, *self.chain, *([self.softmax] if self.softmax else []),
+        loads = [m for chain in self.operands.values() for m in chain]
+        return [*loads, self.scores, *self.chain, *([self.softmax] if self.softmax else []),
                 self.product, *self.epilogue]
 
 
@@ -88,8 +106,10 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     inside = set(names)
     between = [m for m in names if order[first] < order[m] < order[second]]
     after = [m for m in names if order[m] > order[second]]
-    if any(m not in between and m not in after and m != first and m != second for m in names):
-        return None  # a member computed before the scores
+    before = [m for m in names if order[m] < order[first]]
+    operands = _operand_chains(ir, before, [(q, first), (kt, first), (v, second)], users)
+    if operands is None:
+        return None
     softmaxes = [m for m in between if ir.node(m).op == "softmax"]
     if len(softmaxes) > 1:
         return None
@@ -131,7 +151,66 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
         return None
     if chain and not _reaches(ir, first, chain):
         return None
-    return Attention(first, chain, softmax, second, after)
+    return Attention(first, chain, softmax, second, after, operands)
+
+
+def whole_view_base(ir: ProgramIR, ref: Ref) -> tuple[Ref, list[str]]:
+    """The value ``ref`` views through views that keep offset 0, and those views' names."""
+    views: list[str] = []
+    while ref.kind == "node" and ir.node(ref.name).op in _WHOLE_VIEWS:
+        views.append(ref.name)
+        src = ir.node(ref.name).args.get("input")
+        if not isinstance(src, Ref):
+            break
+        ref = src
+    return ref, views
+
+
+def _operand_chains(
+    ir: ProgramIR,
+    before: list[str],
+    operands: list[tuple[Ref, str]],
+    users: dict[str, list[str]],
+) -> dict[str, list[str]] | None:
+    """The members computed before the scores, by the operand value each computes where the
+    kernel loads it; ``None`` unless each is pointwise and feeds one operand (of the product
+    paired with it), read only through the operand's views and by nothing outside."""
+    chains: dict[str, list[str]] = {}
+    left = [m for m in before]
+    for ref, product in operands:
+        base, views = whole_view_base(ir, ref)
+        if base.kind != "node" or base.name not in left:
+            continue
+        path = [*reversed(views), product]
+        if users.get(base.name) != path[:1]:
+            return None
+        if any(users.get(a) != [b] for a, b in zip(path, path[1:], strict=False)):
+            return None
+        chain = feeding(ir, left, base.name)
+        left = [m for m in left if m not in chain]
+        chains[base.name] = chain
+    if left:
+        return None
+    for name, chain in chains.items():
+        for m in chain:
+            node = ir.node(m)
+            info = lookup(node.op)
+            if info is None or info.kind != "pointwise":
+                return None
+            if m == name and node.dtype != "float32":
+                return None
+            if m != name and any(u not in chain for u in users.get(m, [])):
+                return None
+    return chains
+
+
+def feeding(ir: ProgramIR, members: list[str], name: str) -> list[str]:
+    """The ``members`` that ``name`` is computed from, itself included, in order."""
+    needed = {name}
+    for m in reversed(members):
+        if m in needed:
+            needed |= {r.name for r in ir.node(m).tensor_refs() if r.kind == "node"}
+    return [m for m in members if m in needed]
 
 
 def _reaches(ir: ProgramIR, first: str, chain: list[str]) -> bool:
@@ -175,10 +254,20 @@ def join_attention(
         found = find(ir, members, users)
         if found is None:
             continue
+        # a pointwise kernel writing q, k or v for these products alone: computed on load
+        for ref in (found.q(ir), found.k(ir), found.v(ir)):
+            base, _ = whole_view_base(ir, ref)
+            g = group_of.get(base.name) if base.kind == "node" else None
+            if g is None or g.anchor is not None or g.output != base.name or g in parts:
+                continue
+            wider = find(ir, [*g.members, *members], users)
+            if wider is not None:
+                found, members = wider, [*g.members, *members]
+                parts.append(g)
         for g in parts:
             groups.remove(g)
         second.kind = "attention"
-        second.prologue = [found.scores, *found.chain, *([found.softmax] if found.softmax else [])]
+        second.prologue = _prologue(ir, found)
         for m in second.prologue:
             group_of[m] = second
 
@@ -189,8 +278,14 @@ def attention_group(ir: ProgramIR, item: str, members: list[str]) -> Group | Non
     if found is None:
         return None
     output = found.epilogue[-1] if found.epilogue else found.product
-    prologue = [found.scores, *found.chain, *([found.softmax] if found.softmax else [])]
+    prologue = _prologue(ir, found)
     return Group(item, "attention", found.product, prologue, list(found.epilogue), output)
+
+
+def _prologue(ir: ProgramIR, found: Attention) -> list[str]:
+    """An attention group's members before its product, in program order."""
+    order = {n.name: i for i, n in enumerate(ir.nodes)}
+    return sorted(found.members[: found.members.index(found.product)], key=order.__getitem__)
 
 
 def split(ir: ProgramIR, g: Group) -> list[Group]:
