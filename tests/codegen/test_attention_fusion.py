@@ -143,3 +143,12 @@ def test_what_is_not_an_attention_is_not_fused(body: str) -> None:
     )
     kinds = _kinds(source)
     assert "attention" not in kinds and "softmax" in kinds
+
+
+def test_few_queries_over_many_keys_stay_three_kernels() -> None:
+    """Two blocks would each walk 2048 keys alone: the GPU would idle."""
+    source = _FUNCTIONAL.format(
+        body="return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+        q="2, 16, 16", k="2, 2048, 16", v="2, 2048, 16", bias="1",
+    )
+    assert _kinds(source) == ["gemm", "softmax", "gemm"]

@@ -278,7 +278,8 @@ def autotune(
 
 _PROGRAM = "program"
 _LAUNCH_BOUND_SHARE = 0.05
-_LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "conv_depthwise", "gemm", "rnn"})
+# kinds whose first alternative is a library path or another kernel structure: tuned first
+_LIBRARY_KINDS = frozenset({"conv", "conv_transpose", "conv_depthwise", "gemm", "rnn", "attention"})
 
 
 def _after_one(metered: _Metered, spent: Callable[[], bool]) -> Callable[[], bool]:
