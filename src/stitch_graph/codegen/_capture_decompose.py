@@ -378,11 +378,14 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         dim = int(a["dim"]) % max(len(s1), 1)
         if s1[dim] != s2[dim]:
             return None  # a broadcast along the reduced dim changes the norms
+        # PyTorch divides each input by its norm, then sums the products; the sum of the
+        # products divided by both norms is the same value, and the three reductions of the
+        # same rows are one pass where the quotients were two tensors stored and read back
         eps = float(a["eps"])
-        n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, True), eps)
-        n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, True), eps)
-        prod = b("mul", torch.mul, b("div", torch.div, x1, n1), b("div", torch.div, x2, n2))
-        return b("sum", torch.sum, prod, dim)
+        n1 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x1, 2, dim, False), eps)
+        n2 = b("clamp_min", torch.clamp_min, b("norm", torch.norm, x2, 2, dim, False), eps)
+        dot = b("sum", torch.sum, b("mul", torch.mul, x1, x2), dim)
+        return b("div", torch.div, dot, b("mul", torch.mul, n1, n2))
     if name == "scaled_dot_product_attention":
         return _attention(ir, b, a)
     if name == "prelu":
