@@ -92,16 +92,30 @@ def _kinds(source: str) -> list[str]:
     return [g.kind for g in schedule_program(capture_program(load_task(source)))]
 
 
+_MASKED = ("causal", "relu")  # a mask hides whole tiles of keys: fused by default
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_is_one_kernel_and_matches_pytorch(case: str, tmp_path: Path) -> None:
+    from stitch_graph.codegen.tuning import KernelTuning, Tuning
+
     source = _source(case)
     assert _kinds(source) == ["attention"]
-    task, program = generate_checked(source)
+    fused = Tuning(default=KernelTuning(fused_attention=True))
+    task, program = generate_checked(source, fused)
     assert not program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
     assert _library_products(program.host_source) == 0
     skips = "__syncthreads_or" in program.kernel_source
-    assert skips == (case in ("causal", "relu"))
+    assert skips == (case in _MASKED)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_by_default_only_masked_attention_is_one_kernel(case: str, tmp_path: Path) -> None:
+    """Unmasked, the three kernels (and the operands' own kernels) run by default."""
+    task, program = generate_checked(_source(case))
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+    assert _library_products(program.host_source) == (0 if case in _MASKED else 2)
 
 
 def test_unfused_attention_is_the_three_kernels_it_replaced(tmp_path: Path) -> None:

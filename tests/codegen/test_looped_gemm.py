@@ -9,6 +9,7 @@ import pytest
 
 from stitch_graph.codegen import _capture_passes, capture_program
 from stitch_graph.codegen.ir import looped_batch_dim
+from stitch_graph.codegen.tuning import KernelTuning, Tuning
 from stitch_graph.task import load_task
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
@@ -41,11 +42,15 @@ def get_init_inputs():
 """
 
 
+# the attention as its GEMMs and softmax (a causal one is one kernel by default)
+_THREE_KERNELS = Tuning(default=KernelTuning(fused_attention=False))
+
+
 def test_heads_split_from_one_projection_loop_over_the_heads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_capture_passes, "_LOOPED_FLOPS", 0)  # these products are small
-    task, program = generate_checked(_ATTENTION)
+    task, program = generate_checked(_ATTENTION, _THREE_KERNELS)
     assert not program.declared_torch_ops, program.declared_torch_ops
     assert program.host_source.count("for _i in range(3):") == 2
     assert "matmul_input" not in program.host_source  # q, k and v are read as they lie
@@ -111,7 +116,7 @@ def test_a_scaled_product_of_split_heads_keeps_its_scale_off_the_split(
     split = next(n.name for n in big.nodes if n.op == "split")
     assert {big.node(u).op for u in big.users()[split]} == {"getitem"}
     small = {"b": 5, "t": 7, "c": 24, "c3": 72, "h": 3}
-    task, program = generate_checked(_RELU_ATTENTION.format(**small))
+    task, program = generate_checked(_RELU_ATTENTION.format(**small), _THREE_KERNELS)
     assert not program.declared_torch_ops, program.declared_torch_ops
     assert program.host_source.count("for _i in range(3):") == 2
     check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -23,7 +23,13 @@ from stitch_graph.codegen._emit_base import (
     _literal,
     _offset,
 )
-from stitch_graph.codegen._fusion_attention import Attention, feeding, find, whole_view_base
+from stitch_graph.codegen._fusion_attention import (
+    Attention,
+    feeding,
+    find,
+    hiding_fill,
+    whole_view_base,
+)
 from stitch_graph.codegen.ir import Group, Ref, numel
 from stitch_graph.codegen.tuning import KernelTuning
 
@@ -289,7 +295,7 @@ class _AttentionEmitter(_EmitterBase):
         every query of the block: the softmax's input is ``masked_fill(x, mask, -inf)`` (a ReLU
         of it, or a fill with 0, without a softmax) with a mask that does not read the scores.
         Empty where there is no such mask."""
-        hiding = _hiding_fill(self.ir, found)
+        hiding = hiding_fill(self.ir, found)
         if hiding is None:
             return []
         node = self.ir.node(hiding)
@@ -349,40 +355,3 @@ class _AttentionEmitter(_EmitterBase):
             f"      for (int c = 0; c < {4 * width}; ++c) o[a][c] *= keep;",
             "    }",
         ]
-
-
-def _hiding_fill(ir, found: Attention) -> str | None:  # noqa: ANN001
-    """The ``masked_fill`` whose mask hides scores from the result, where one does: it fills
-    with ``-inf`` and is the softmax's input, or (no softmax) it fills with 0 or ``-inf`` and
-    only ReLUs follow it to the product. Its mask must not read the scores."""
-    chain = found.chain
-    if found.softmax is not None:
-        taken = ir.node(found.softmax).args["input"].name
-        node = ir.node(taken)
-        if node.op != "masked_fill" or float(node.args.get("value", 0)) != -math.inf:
-            return None
-    else:
-        taken = ir.node(found.product).args["input"].name
-        while taken in chain and ir.node(taken).op == "relu":
-            taken = ir.node(taken).args["input"].name
-        node = ir.node(taken)
-        relu_after = taken != ir.node(found.product).args["input"].name
-        value = node.args.get("value", 1) if node.op == "masked_fill" else 1
-        if node.op != "masked_fill" or not isinstance(value, int | float):
-            return None
-        if not (float(value) == 0.0 or (relu_after and float(value) == -math.inf)):
-            return None
-    mask = node.args.get("mask")
-    if not isinstance(mask, Ref) or taken not in chain:
-        return None
-    if mask.kind == "node" and mask.name in chain:
-        needed = feeding(ir, chain, mask.name)
-        scored = {found.scores}
-        for m in chain:
-            if any(r.kind == "node" and r.name in scored for r in ir.node(m).tensor_refs()):
-                scored.add(m)
-        if set(needed) & scored:
-            return None
-    elif mask.kind == "node" and mask.name == found.scores:
-        return None
-    return taken

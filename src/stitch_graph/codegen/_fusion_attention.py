@@ -302,19 +302,71 @@ def _prologue(ir: ProgramIR, found: Attention) -> list[str]:
 
 
 def split(ir: ProgramIR, g: Group) -> list[Group]:
-    """The kernels an ``attention`` group replaced: the score GEMM, the row kernel with the
-    chain on load (or the chain as the GEMM's epilogue) and the GEMM with the values."""
+    """The kernels an ``attention`` group replaced: a pointwise kernel for each operand it
+    computed on load, the score GEMM, the row kernel with the chain on load (or the chain as
+    the GEMM's epilogue) and the GEMM with the values."""
     found = find(ir, g.members, ir.users())
     if found is None:
         msg = f"{g.id}: not an attention"
         raise ValueError(msg)
+    loads = [
+        Group(f"{g.id}o{n}", "pointwise", None, [], list(chain), value)
+        for n, (value, chain) in enumerate(found.operands.items())
+    ]
     last = found.epilogue[-1] if found.epilogue else found.product
     second = Group(g.id, "gemm", found.product, [], list(found.epilogue), last)
     if found.softmax is None:
         end = found.chain[-1] if found.chain else found.scores
-        return [Group(f"{g.id}a", "gemm", found.scores, [], list(found.chain), end), second]
+        return [*loads, Group(f"{g.id}a", "gemm", found.scores, [], list(found.chain), end), second]
     return [
+        *loads,
         Group(f"{g.id}a", "gemm", found.scores, [], [], found.scores),
         Group(f"{g.id}b", "softmax", found.softmax, list(found.chain), [], found.softmax),
         second,
     ]
+
+
+def hiding_fill(ir: ProgramIR, found: Attention) -> str | None:
+    """The ``masked_fill`` whose mask hides scores from the result, where one does: it fills
+    with ``-inf`` and is the softmax's input, or (no softmax) it fills with 0 or ``-inf`` and
+    only ReLUs follow it to the product. Its mask must not read the scores."""
+    chain = found.chain
+    if found.softmax is not None:
+        taken = ir.node(found.softmax).args["input"].name
+        node = ir.node(taken)
+        if node.op != "masked_fill" or float(node.args.get("value", 0)) != -math.inf:
+            return None
+    else:
+        taken = ir.node(found.product).args["input"].name
+        while taken in chain and ir.node(taken).op == "relu":
+            taken = ir.node(taken).args["input"].name
+        node = ir.node(taken)
+        relu_after = taken != ir.node(found.product).args["input"].name
+        value = node.args.get("value", 1) if node.op == "masked_fill" else 1
+        if node.op != "masked_fill" or not isinstance(value, int | float):
+            return None
+        if not (float(value) == 0.0 or (relu_after and float(value) == -math.inf)):
+            return None
+    mask = node.args.get("mask")
+    if not isinstance(mask, Ref) or taken not in chain:
+        return None
+    if mask.kind == "node" and mask.name in chain:
+        needed = feeding(ir, chain, mask.name)
+        scored = {found.scores}
+        for m in chain:
+            if any(r.kind == "node" and r.name in scored for r in ir.node(m).tensor_refs()):
+                scored.add(m)
+        if set(needed) & scored:
+            return None
+    elif mask.kind == "node" and mask.name == found.scores:
+        return None
+    return taken
+
+
+def runs_fused(ir: ProgramIR, g: Group, fused: bool | None) -> bool:
+    """Whether the attention group ``g`` is emitted as one kernel under the tuning's
+    ``fused_attention`` (``None``: where a mask lets it skip tiles)."""
+    if fused is not None:
+        return fused
+    found = find(ir, g.members, ir.users())
+    return found is not None and hiding_fill(ir, found) is not None

@@ -55,6 +55,7 @@ from stitch_graph.codegen._emit_rnn import _RnnEmitter
 from stitch_graph.codegen._emit_row_stages import _RowStagesEmitter
 from stitch_graph.codegen._emit_scatter import _ScatterEmitter
 from stitch_graph.codegen._emit_softmax_norm import _SoftmaxNormEmitter
+from stitch_graph.codegen._fusion_attention import runs_fused
 from stitch_graph.codegen._fusion_attention import split as split_attention
 from stitch_graph.codegen._fusion_passes import read_through
 from stitch_graph.codegen._kernel_merge import merge_identical, relaunch
@@ -259,7 +260,7 @@ def _torch_line(node: OpNode) -> str:
     return f"{imports}{node.name} = {target}({rest}){picked}"
 
 
-def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: set[str]) -> bool:
+def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: dict[str, str]) -> bool:
     """Whether ``node`` picks a tensor out of the tuple an op left to PyTorch returns, where
     kernels read it as dense. PyTorch's element need not be (``nn.LSTM(batch_first=True)``
     returns its output transposed); ``.contiguous()`` costs nothing when it already is."""
@@ -317,14 +318,15 @@ def _emit_groups(
     tuning: Tuning,
     kernels_by_id: dict[str, str],
     cats: dict[str, list[str]],
-) -> tuple[_Emitter, dict[str, list[str]], set[str]]:
-    """Kernels of the wanted groups; the host lines at each output node, and the nodes covered.
+) -> tuple[_Emitter, dict[str, list[str]], dict[str, str]]:
+    """Kernels of the wanted groups; the host lines at each output node, and the nodes covered
+    (each with the output node at whose lines it is computed).
     The concatenations of ``cats`` emit nothing: their operands' kernels store into them."""
     slices = {k: v for cat, ops in cats.items() for k, v in slices_of(ir, cat, ops).items()}
     emitter = _Emitter(ir, tuning, slices)
     emitter.through = read_through(ir, [g for g in groups if g.id in wanted])
     launch_at: dict[str, list[str]] = {}
-    covered: set[str] = set()
+    covered: dict[str, str] = {}  # node -> the output whose launch lines compute it
     for group in groups:
         if group.id not in wanted:
             continue
@@ -336,10 +338,14 @@ def _emit_groups(
                                  kernels_by_id[group.id])
                 lines += emitter.copy_into_slices(kernel, copied, tuning.for_item(group.id))
             launch_at[group.output] = lines
-            covered.update(group.members)
+            covered.update(dict.fromkeys(group.members, group.output))
             continue
         tun = tuning.for_item(group.id)
         parts = _split_unfused(ir, group) if not tun.fuse else [group]
+        if group.kind == "attention" and tun.fuse and not runs_fused(
+            ir, group, tun.fused_attention
+        ):
+            parts = split_attention(ir, group)
         n_kernels = len(emitter.kernels)
         emitted: list[tuple[Group, list[str]]] = []
         try:
@@ -354,7 +360,7 @@ def _emit_groups(
             continue
         for part, lines in emitted:
             launch_at.setdefault(part.output, []).extend(lines)
-            covered.update(part.members)
+            covered.update(dict.fromkeys(part.members, part.output))
     return emitter, launch_at, covered
 
 
@@ -423,7 +429,7 @@ def emit_candidate(
     guards: list[str] = []  # checked once every kernel is launched: one wait, at the end
     # a view of a value a later kernel makes (a reduction taken into a later one's pass) is
     # taken after that kernel's launch, and not at all where the kernel kept it in registers
-    made_at = {m: g.output for g in groups if g.id in wanted for m in g.members}
+    made_at = dict(covered)
     order = {n.name: i for i, n in enumerate(ir.nodes)}
     deferred: dict[str, list[tuple[OpNode, str]]] = {}
     for node in ir.nodes:

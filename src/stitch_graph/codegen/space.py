@@ -112,10 +112,11 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         {"rows_per_block": 1},
     ],
     # fused attention against the three kernels it replaces (GEMM, softmax, GEMM), then the
-    # queries a block (more blocks where the batch and the sequence are short)
+    # queries a block of the fused kernel (more blocks where the batch and sequence are short)
     "attention": [
-        {"fuse": False},
-        *({"rows_per_block": r} for r in (64, 32, 16)),
+        {"fused_attention": True},
+        {"fused_attention": False},
+        *({"fused_attention": True, "rows_per_block": r} for r in (64, 32, 16)),
     ],
     "rnn": [
         {"rows_per_block": 2},  # the persistent kernel's batch rows a block

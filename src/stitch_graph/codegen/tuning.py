@@ -87,6 +87,13 @@ class KernelTuning(BaseModel):
         "or more); False: a thread per output reading its window from memory; None: staged "
         "over inputs of 2**31 elements or more.",
     )
+    fused_attention: bool | None = Field(
+        default=None,
+        description="Attention groups: True one kernel with the scores on chip; False the "
+        "cuBLAS scores, the softmax kernel and cuBLAS with the values; None: one kernel where "
+        "a mask hides whole tiles of keys (causal), else three (on an H100 a causal attention "
+        "ran 1.11x faster fused, an unmasked one of 197 tokens 0.71x).",
+    )
 
 
 class Tuning(BaseModel):
