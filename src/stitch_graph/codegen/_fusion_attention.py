@@ -128,8 +128,9 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
             return None
     chain = [m for m in between if m != softmax]
     feeding = Ref("node", softmax) if softmax else o_node.args["input"]
-    for m in [first, *chain]:
-        if any(u not in inside for u in users.get(m, [])):
+    output = after[-1] if after else second
+    for m in [first, *chain, second, *after]:
+        if m != output and any(u not in inside for u in users.get(m, [])):
             return None  # read elsewhere: it would have to be stored
     for m in [*chain, *after]:
         node = ir.node(m)
