@@ -315,7 +315,7 @@ def test_writes_through_views_are_refused_clearly(body: str) -> None:
 
 
 def test_odd_arguments_make_an_op_unsupported_not_an_exception() -> None:
-    source = _problem("torch.nn.functional.max_pool2d(x, (2, 2), return_indices=True)[1].float()", f"{R}(1, 2, 4, 4)")  # noqa: E501
+    source = _problem("torch.nn.functional.adaptive_max_pool2d(x, (2, 2), return_indices=True)[1].float()", f"{R}(1, 2, 4, 4)")  # noqa: E501
     task, cand = _generate(source)
     assert cand.declared_torch_ops  # with indices: left to PyTorch, named
     plan = plan_program(capture_program(task))

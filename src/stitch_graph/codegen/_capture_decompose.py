@@ -40,6 +40,7 @@ from stitch_graph.codegen._capture_order import (
 )
 from stitch_graph.codegen._capture_resize import resize
 from stitch_graph.codegen._capture_sample import SAMPLE_SIGNATURES, sample
+from stitch_graph.codegen._capture_unpool import UNPOOL_SIGNATURES, unpool
 from stitch_graph.codegen.ir import ProgramIR, Ref
 from stitch_graph.codegen.ops import OpInfo, parse_signature
 
@@ -165,6 +166,7 @@ def _decompose(
         or COMPOSE_SIGNATURES.get(name)
         or ORDER_SIGNATURES.get(name)
         or SAMPLE_SIGNATURES.get(name)
+        or UNPOOL_SIGNATURES.get(name)
     )
     methods = COMPOSE_METHODS | ORDER_METHODS
     if signature is None or (fx_node.op != "call_function" and name not in methods):
@@ -401,6 +403,8 @@ def _decompose_call(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) ->
         return _rnn_cell(ir, b, name, a)
     if name in SAMPLE_SIGNATURES:
         return sample(ir, b, name, a)
+    if name in UNPOOL_SIGNATURES:
+        return unpool(ir, b, name, a)
     return compose(ir, b, name, a)
 
 

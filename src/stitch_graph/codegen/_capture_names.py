@@ -354,9 +354,10 @@ def _variant(
             return f"{parent.op}_values", dict(parent.args), attrs  # a scan; indices stay
         pooled = parent.op.removesuffix("_with_indices") if parent is not None else ""
         pool = lookup(pooled) if pooled in ("max_pool1d", "max_pool2d", "max_pool3d") else None
-        if pool is not None and bound.get("index") == 0:  # the values alone: a plain pooling
+        if pool is not None and bound.get("index") in (0, 1):  # the values or the indices
             kwargs = {k: v for k, v in parent.call_kwargs.items() if k != "return_indices"}
-            return pooled, pool.bind(list(parent.call_args), kwargs), attrs
+            op = pooled if bound["index"] == 0 else f"{pooled}_indices"
+            return op, lookup(op).bind(list(parent.call_args), kwargs), attrs
         if parent is not None and parent.op in ("max", "min") and parent.attrs.get("returns_tuple"):
             index = bound.get("index")
             if index == 0:

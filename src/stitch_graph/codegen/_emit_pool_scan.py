@@ -256,11 +256,12 @@ class _PoolScanEmitter(_SortEmitter):
         xs, os_ = ir.shapes[x], tuple(node.shape)
         win = _Window.of(node, tuple(xs[-nd:]), os_[-nd:])
         it = "long long" if numel(xs) >= 2**31 else "int"
-        outputs = win.staged_outputs(min(tun.block_size, 1024))
+        indices = node.op.endswith("_indices")  # where each maximum lies: a thread an output
+        outputs = 0 if indices else win.staged_outputs(min(tun.block_size, 1024))
         staged = tun.stage_window if tun.stage_window is not None else numel(xs) >= 2**31
         if outputs and staged:
             return self._pool_staged(g, kernel, win, outputs)
-        if tun.vector_width == 4 and win.slides(ir, x) and not g.prologue:
+        if tun.vector_width == 4 and win.slides(ir, x) and not g.prologue and not indices:
             return self._pool_sliding(g, kernel, win, tun)
 
         def anchor_line(args: _Args, idx: str) -> tuple[str, str]:
@@ -270,21 +271,27 @@ class _PoolScanEmitter(_SortEmitter):
             value = self.value_of(x, xs, "ii", env, loads)
             windows, loops, count, size = win.dims(nd)
             lines = [*_coords(idx, win.osp, numel(win.isp), it), *windows]
+            # the indices: the first element taken, then each larger one or NaN (PyTorch's
+            # kernel starts from the window's first element and -inf, and takes the same)
+            update = ["if (arg < 0 || v > acc || v != v) { acc = v; arg = at; }"] if indices else [
+                win.update]
             body = [
-                f"const {it} ii = base + {_in_offset(win.isp)};",
+                f"const {it} at = {_in_offset(win.isp)};",
+                f"const {it} ii = base + at;",
                 *pre,
                 f"const float v = {value};",
-                win.update,
+                *update,
             ]
             nested, depth = _nest(loops, body)
             code = [
-                f"float v_{node.name};",
+                f"{'long long' if indices else 'float'} v_{node.name};",
                 "{",
                 *(f"  {line}" for line in lines),
                 f"  float acc = {win.init};",
+                *(["  long long arg = -1;"] if indices else []),
                 *(f"  {line}" for line in nested),
                 "  " + "}" * depth,
-                f"  v_{node.name} = {win.pooled(count, size)};",
+                f"  v_{node.name} = {'arg' if indices else win.pooled(count, size)};",
                 "}",
             ]
             return node.name, "\n    ".join(code)

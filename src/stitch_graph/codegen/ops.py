@@ -377,6 +377,7 @@ for _d in (1, 2, 3):
     _op(f"avg_pool{_d}d", POOL, "input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True" + (", divisor_override=None" if _d > 1 else ""), flops=1)  # noqa: E501
     _op(f"adaptive_avg_pool{_d}d", POOL, "input, output_size", flops=1)
     _op(f"adaptive_max_pool{_d}d", POOL, "input, output_size, return_indices=False", flops=1)
+    _op(f"max_pool{_d}d_indices", POOL, "input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False", flops=1, note="max_pool(..., return_indices=True)[1]: where in its plane each window's maximum lies (the first, or the last NaN, as PyTorch's kernel picks)")  # noqa: E501
 # ---- scans along one dim: one thread per line, or a warp per line when lines are contiguous ---
 _RNN_SIGNATURE = (
     "input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first"

@@ -210,14 +210,15 @@ def _row_ok(ir: ProgramIR, node: OpNode) -> str:
 
 
 def pool_dims(node: OpNode) -> int:
-    """Spatial dims of a pooling op (``max_pool2d`` -> 2)."""
-    return int(node.op.removesuffix("d")[-1])
+    """Spatial dims of a pooling op (``max_pool2d``, ``max_pool2d_indices`` -> 2)."""
+    return int(node.op.removesuffix("_indices").removesuffix("d")[-1])
 
 
 def _pool_ok(ir: ProgramIR, node: OpNode) -> str:
     src = node.args.get("input")
-    if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != "float32":
-        return "needs a float32 tensor input and output"
+    out = "int64" if node.op.endswith("_indices") else "float32"
+    if not isinstance(src, Ref) or ir.dtypes.get(src) != "float32" or node.dtype != out:
+        return f"needs a float32 tensor input and a {out} output"
     if node.args.get("return_indices"):
         return "with return_indices"
     nd = pool_dims(node)
