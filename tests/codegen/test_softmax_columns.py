@@ -47,6 +47,9 @@ CASES = {
     "softmax_8_warps": ("torch.softmax(x, dim=2)", "3, 2, 130, 2, 32", 8),
     "prologue_epilogue": ("torch.softmax(x * 2.0, dim=1) + 1.0", "2, 37, 4, 16", 4),
     "second_tensor": ("torch.log_softmax(x + y, dim=1) * y", "1, 70, 32", 4),
+    # inner 77: tiles straddle the batch's slices, and 231 rows leave the last tile part empty
+    "straddling": ("torch.log_softmax(x, dim=1)", "3, 40, 7, 11", 4),
+    "straddling_epilogue": ("torch.softmax(x + y, dim=1) - y", "2, 36, 5, 8", 4),
 }
 
 
@@ -77,7 +80,7 @@ def test_blocks_loop_over_several_tiles(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     ("shape", "tuning", "kind"),
     [
-        ("2, 40, 5, 8", None, "warp per row"),  # inner 40: a tile of 32 rows would straddle
+        ("2, 40, 5", None, "warp per row"),  # inner 5: a tile of 32 rows, seven runs
         ("2, 37, 4, 16", KernelTuning(rows_per_block=2), "warp per row"),  # the tuner's choice
         ("2, 37, 4, 16", KernelTuning(rows_per_block=1), "block per row"),
     ],
@@ -98,7 +101,8 @@ def test_column_warps() -> None:
     assert warps == {32: 0, 33: 4, 128: 4, 129: 8, 256: 8, 1024: 32}  # 0: a thread per row
     assert _column_warps(default, "softmax", 1025, 4096) == 0  # over 32 values a thread
     assert _column_warps(default, "log_softmax", 256, 64) == 8
-    assert _column_warps(default, "softmax", 256, 48) == 0
+    assert _column_warps(default, "softmax", 256, 48) == 8  # tiles straddle slices of 48
+    assert _column_warps(default, "softmax", 256, 7) == 0  # runs of 7: a tile reads five
     assert _column_warps(default, "softmax", 256, 1) == 0  # contiguous rows
     assert _column_warps(default, "layer_norm", 256, 4096) == 0
     assert _column_warps(KernelTuning(rows_per_block=4), "softmax", 256, 4096) == 0

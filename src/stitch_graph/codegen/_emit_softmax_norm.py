@@ -91,14 +91,17 @@ def _column_warps(tun: KernelTuning, op: str, length: int, inner: int) -> int:
     """Warps of a column-mode block, 0 where it does not apply. Softmax over a strided dim
     (channels of NCHW) with a warp per row has its lanes read positions ``inner`` floats apart,
     a line each; a lane per row instead makes each warp load 32 adjacent rows, one line, with
-    the block's warps splitting the row's positions. Needs 32 | ``inner`` (a tile of 32 rows
-    lies in one outer slice) and at most 1024 positions (32 warps, 32 values a thread); rows up
-    to ``_THREAD_ROW_LENGTH`` keep a thread each. Only by default, as for ``_thread_per_row``."""
+    the block's warps splitting the row's positions. Needs ``inner`` of 8 or more (a tile of
+    32 rows then spans at most five runs of memory; where 32 does not divide it, a tile's rows
+    straddle two outer slices, and the last tile is partial: lanes past the rows compute a
+    copy of the last row and store nothing) and at most 1024 positions (32 warps, 32 values a
+    thread); rows up to ``_THREAD_ROW_LENGTH`` keep a thread each. Only by default, as for
+    ``_thread_per_row``. A warp per row over 1666-float strides ran log-softmax over 96
+    channels at 0.092 ms for 40 MB on an H100, eager's at 0.080 ms."""
     if (
         tun.rows_per_block != 0
         or op not in ("softmax", "log_softmax")
-        or inner <= 1
-        or inner % 32
+        or inner < 8
         or not _THREAD_ROW_LENGTH < length <= 1024
     ):
         return 0
@@ -355,6 +358,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
 
         if mode == "column" and vpt(slices) > budget(32 * slices):
             mode = _row_mode(tun, length)  # would spill: a warp per row, as before
+        tiles = math.ceil(rows / 32)  # column mode's tiles of 32 rows
         block = min(tun.block_size, 1024)
         if mode == "thread":
             threads, block = 1, min(block, 512)
@@ -521,8 +525,11 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 tail = ["reinterpret_cast<float4*>(out)[j] = make_float4(o[0], o[1], o[2], o[3]);"]
                 write = slots(body, head, tail)
             else:
+                store = f"out[i] = {result};"
+                if mode == "column" and rows % 32:
+                    store = f"if (lane_row < {rows}) {store}"
                 write = slots(
-                    [*pre2, *post, f"out[i] = {result};"],
+                    [*pre2, *post, store],
                     [f"const {index} k = u;", f"const {index} i = {offset};"],
                 )
 
@@ -547,9 +554,14 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 how = f"column tiles: a lane per row, {threads} warps along it"
                 tid = "threadIdx.x >> 5"
                 row_loop = (
-                    f"for ({index} tile = blockIdx.x; tile < {rows // 32}; tile += gridDim.x)"
+                    f"for ({index} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x)"
                 )
                 row_head = [f"const {index} r = tile * 32 + (threadIdx.x & 31);"]
+                if rows % 32:  # the last tile's lanes past the rows repeat the last row
+                    row_head = [
+                        f"const {index} lane_row = tile * 32 + (threadIdx.x & 31);",
+                        f"const {index} r = lane_row < {rows} ? lane_row : {rows - 1};",
+                    ]
             else:
                 tid = "threadIdx.x"
                 row_loop = f"for ({index} r = blockIdx.x; r < {rows}; r += gridDim.x)"
@@ -578,7 +590,7 @@ class _SoftmaxNormEmitter(_EmitterBase):
         elif mode == "warp":
             grid = max(1, min(math.ceil(rows / (block // 32)), _MAX_GRID))
         elif mode == "column":
-            grid = max(1, min(rows // 32, _MAX_GRID))
+            grid = max(1, min(tiles, _MAX_GRID))
         else:
             grid = max(1, min(rows, 65535))
         scalar_src, sargs, _ = variant(False)
