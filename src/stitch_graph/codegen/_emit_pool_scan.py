@@ -275,9 +275,10 @@ class _PoolScanEmitter(_SortEmitter):
             # kernel starts from the window's first element and -inf, and takes the same)
             update = ["if (arg < 0 || v > acc || v != v) { acc = v; arg = at; }"] if indices else [
                 win.update]
+            at = [f"const {it} at = {_in_offset(win.isp)};"] if indices else []
             body = [
-                f"const {it} at = {_in_offset(win.isp)};",
-                f"const {it} ii = base + at;",
+                *at,
+                f"const {it} ii = base + {'at' if indices else _in_offset(win.isp)};",
                 *pre,
                 f"const float v = {value};",
                 *update,
