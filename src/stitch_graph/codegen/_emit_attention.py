@@ -46,10 +46,10 @@ def _tiles(
     head: int, dv: int, lq: int, blocks: int, tun: KernelTuning
 ) -> tuple[int, int, int, int, int]:
     """Query rows a block and the row pitches of the q, k/v and probability tiles. The rows
-    are the tuning's ``rows_per_block``, else, of the counts that fit in shared memory, the
-    one that leaves the fewest rows idle in the last block of a sequence (65 queries: 16, not
-    64 and 63 idle), the larger on a tie unless ``blocks`` (batch entries) are too few to fill
-    the GPU twice."""
+    are the tuning's ``rows_per_block`` where they fit in shared memory, else, of the counts
+    that fit, the one that leaves the fewest rows idle in the last block of a sequence (65
+    queries: 16, not 64 and 63 idle), the larger on a tie unless the blocks (``blocks``
+    batch entries times the sequence's tiles) are too few to give every SM two."""
     cols = math.ceil(dv / (4 * _LANES)) * 4 * _LANES  # v columns the lanes cover, 4 each
     ld_q = _pad4(head) + 4
     ld_kv = max(_pad4(head), cols) + 4
@@ -57,11 +57,12 @@ def _tiles(
     fits = [
         rows for rows in (64, 32, 16)
         if rows * ld_q + _KEYS * ld_kv + rows * ld_p <= _SHARED_FLOATS
-        and tun.rows_per_block in (0, rows)
     ]
     if not fits:
-        msg = f"attention rows of {head} and {dv} do not fit {tun.rows_per_block or 16} queries"
+        msg = f"attention rows of {head} and {dv} do not fit 16 queries in shared memory"
         raise EmitError(msg)
+    if tun.rows_per_block in fits:
+        return tun.rows_per_block, ld_q, ld_kv, ld_p, cols
 
     def cost(rows: int) -> tuple[int, int]:
         few = blocks * math.ceil(lq / rows) < 2 * _SMS
