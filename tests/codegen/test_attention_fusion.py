@@ -66,6 +66,14 @@ CASES = {
         "        return torch.softmax(q2 @ k2.transpose(-2, -1), dim=-1) @ v",
         "2, 3, 40, 16", "2, 3, 50, 16", "2, 3, 50, 16", "50, 16",
     ),
+    # a sliding causal window built before the scores: computed with their chain
+    "early_mask": (
+        "at = torch.arange(70)\n"
+        "        keep = (at[:, None] >= at[None, :]) & (at[:, None] - at[None, :] < 16)\n"
+        "        s = (q @ k.transpose(-2, -1)) * 0.25\n"
+        "        return torch.softmax(s.masked_fill(~keep, float('-inf')), dim=-1) @ v",
+        "2, 2, 70, 16", "2, 2, 70, 16", "2, 2, 70, 16", "1",
+    ),
     # rows of 128: fewer queries a block fit in shared memory
     "wide": (
         "return torch.softmax(q @ k.transpose(-1, -2) * 0.05 + bias, dim=-1) @ v",
@@ -92,7 +100,7 @@ def _kinds(source: str) -> list[str]:
     return [g.kind for g in schedule_program(capture_program(load_task(source)))]
 
 
-_MASKED = ("causal", "relu")  # a mask hides whole tiles of keys: fused by default
+_MASKED = ("causal", "early_mask", "relu")  # a mask hides whole tiles of keys: fused by default
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

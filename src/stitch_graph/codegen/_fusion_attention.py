@@ -105,9 +105,10 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     between = [m for m in names if order[first] < order[m] < order[second]]
     after = [m for m in names if order[m] > order[second]]
     before = [m for m in names if order[m] < order[first]]
-    operands = _operand_chains(ir, before, [(q, first), (kt, first), (v, second)], users)
-    if operands is None:
+    chained = _operand_chains(ir, before, [(q, first), (kt, first), (v, second)], users)
+    if chained is None:
         return None
+    operands, early = chained  # early: a mask or bias written before the scores
     softmaxes = [m for m in between if ir.node(m).op == "softmax"]
     if len(softmaxes) > 1:
         return None
@@ -121,7 +122,7 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
             return None
         if o_node.args["input"] != Ref("node", softmax):
             return None
-    chain = [m for m in between if m != softmax]
+    chain = [*early, *(m for m in between if m != softmax)]
     feeding = Ref("node", softmax) if softmax else o_node.args["input"]
     output = after[-1] if after else second
     for m in [first, *chain, second, *after]:
@@ -170,10 +171,12 @@ def _operand_chains(
     before: list[str],
     operands: list[tuple[Ref, str]],
     users: dict[str, list[str]],
-) -> dict[str, list[str]] | None:
-    """The members computed before the scores, by the operand value each computes where the
-    kernel loads it; ``None`` unless each is pointwise and feeds one operand (of the product
-    paired with it), read only through the operand's views and by nothing outside."""
+) -> tuple[dict[str, list[str]], list[str]] | None:
+    """The members computed before the scores: by the operand value each computes where the
+    kernel loads it, and the rest (a mask or a bias the forward writes before ``q @ k.T``,
+    computed with the scores' chain). ``None`` unless each operand's members are pointwise
+    and feed it alone (the product paired with it reading it through its views), nothing
+    outside reading them."""
     chains: dict[str, list[str]] = {}
     left = list(before)
     for ref, product in operands:
@@ -188,8 +191,13 @@ def _operand_chains(
         chain = feeding(ir, left, base.name)
         left = [m for m in left if m not in chain]
         chains[base.name] = chain
-    if left:
-        return None
+    for m in left:  # the scores' chain computes them: pointwise, reading no operand's chain
+        info = lookup(ir.node(m).op)
+        if info is None or info.kind != "pointwise":
+            return None
+        computed = {c for chain in chains.values() for c in chain}
+        if any(r.kind == "node" and r.name in computed for r in ir.node(m).tensor_refs()):
+            return None
     for name, chain in chains.items():
         for m in chain:
             node = ir.node(m)
@@ -200,7 +208,7 @@ def _operand_chains(
                 return None
             if m != name and any(u not in chain for u in users.get(m, [])):
                 return None
-    return chains
+    return chains, left
 
 
 def feeding(ir: ProgramIR, members: list[str], name: str) -> list[str]:
