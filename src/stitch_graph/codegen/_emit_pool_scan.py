@@ -271,17 +271,17 @@ class _PoolScanEmitter(_SortEmitter):
             value = self.value_of(x, xs, "ii", env, loads)
             windows, loops, count, size = win.dims(nd)
             lines = [*_coords(idx, win.osp, numel(win.isp), it), *windows]
-            # the indices: the first element taken, then each larger one or NaN (PyTorch's
-            # kernel starts from the window's first element and -inf, and takes the same)
-            update = ["if (arg < 0 || v > acc || v != v) { acc = v; arg = at; }"] if indices else [
-                win.update]
-            at = [f"const {it} at = {_in_offset(win.isp)};"] if indices else []
+            update, at = win.update, []
+            if indices:  # the first element taken, then each larger one or NaN, as PyTorch's
+                # kernel takes them from the window's first element and -inf
+                update = "if (arg < 0 || v > acc || v != v) { acc = v; arg = at; }"
+                at = [f"const {it} at = {_in_offset(win.isp)};"]
             body = [
                 *at,
                 f"const {it} ii = base + {'at' if indices else _in_offset(win.isp)};",
                 *pre,
                 f"const float v = {value};",
-                *update,
+                update,
             ]
             nested, depth = _nest(loops, body)
             code = [
