@@ -174,3 +174,26 @@ def test_few_queries_over_many_keys_stay_three_kernels() -> None:
         q="2, 16, 16", k="2, 2048, 16", v="2, 2048, 16", bias="1",
     )
     assert _kinds(source) == ["gemm", "softmax", "gemm"]
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_fewer_queries_a_block_as_tuned(rows: int, tmp_path: Path) -> None:
+    from stitch_graph.codegen.tuning import KernelTuning, Tuning
+
+    tuning = Tuning(default=KernelTuning(fused_attention=True, rows_per_block=rows))
+    task, program = generate_checked(_source("causal"), tuning)
+    assert f"__launch_bounds__({rows * 2})" in program.kernel_source  # 8 lanes a 4-row group
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_an_attention_written_into_a_concatenation(tmp_path: Path) -> None:
+    """The kernel stores its output into its slice of the concatenation that reads it."""
+    source = _FUNCTIONAL.format(
+        body="o = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "        return torch.cat([o, q], dim=-1) * 2.0",
+        q="2, 3, 40, 16", k="2, 3, 40, 16", v="2, 3, 40, 16", bias="1",
+    )
+    task, program = generate_checked(source)
+    assert not program.declared_torch_ops
+    assert "__syncthreads_or" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
