@@ -55,7 +55,8 @@ CASES = {
     ),
     # batched products of three-dimensional tensors, keys shared by the batch (broadcast)
     "bmm": (
-        "return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 3.0, dim=-1) @ v",
+        "return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 3.0, dim=-1,"
+        " dtype=torch.float32) @ v",
         "3, 7, 30", "70, 30", "3, 70, 20", "1",
     ),
     # q scaled and k rotated (a rotary embedding) by kernels of their own before: computed

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from stitch_graph.codegen._emit_base import _SMS
 from stitch_graph.codegen._fusion_passes import broadcasts
 from stitch_graph.codegen.ir import Group, ProgramIR, Ref, numel
@@ -116,7 +118,7 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     if softmax is not None:
         node = ir.node(softmax)
         dim = node.args.get("dim")
-        if dim not in (-1, len(shape) - 1) or node.args.get("dtype") is not None:
+        if dim not in (-1, len(shape) - 1) or node.args.get("dtype") not in (None, torch.float32):
             return None
         if tuple(node.shape) != shape or users.get(softmax) != [second]:
             return None
