@@ -75,6 +75,13 @@ CASES = {
         "        return torch.softmax(s.masked_fill(~keep, float('-inf')), dim=-1) @ v",
         "2, 2, 70, 16", "2, 2, 70, 16", "2, 2, 70, 16", "1",
     ),
+    # a head's gate on the probabilities (computed in the kernel from an input): applied to
+    # each tile's unnormalised probabilities
+    "gate": (
+        "s = (q @ k.transpose(-2, -1)).masked_fill(~self.keep, float('-inf'))\n"
+        "        return (torch.softmax(s, dim=-1) * torch.sigmoid(bias) / 2.0) @ v",
+        "2, 3, 70, 16", "2, 3, 70, 16", "2, 3, 70, 24", "1, 3, 1, 1",
+    ),
     # rows of 128: fewer queries a block fit in shared memory
     "wide": (
         "return torch.softmax(q @ k.transpose(-1, -2) * 0.05 + bias, dim=-1) @ v",
@@ -101,7 +108,7 @@ def _kinds(source: str) -> list[str]:
     return [g.kind for g in schedule_program(capture_program(load_task(source)))]
 
 
-_MASKED = ("causal", "early_mask", "relu")  # a mask hides whole tiles of keys: fused by default
+_MASKED = ("causal", "early_mask", "gate", "relu")  # a mask hides whole tiles of keys: fused by default
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -158,6 +165,8 @@ def test_a_plan_item_of_an_attention_is_read_back_as_one() -> None:
         "p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)\n        return p @ v, p",
         # a softmax over the queries is not attention's
         "return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v",
+        # a gate that reads the probabilities themselves is not linear in them
+        "p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)\n        return (p * p) @ v",
     ],
 )
 def test_what_is_not_an_attention_is_not_fused(body: str) -> None:

@@ -114,6 +114,7 @@ class _AttentionEmitter(_EmitterBase):
                                  f"voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}", ix, args, "      ")
         score_lines, score = self._score(found, shape, args)
         mask = self._tile_mask(found, shape, args)
+        gate = self._gate(found, shape, args, ix)
         env_out: dict[str, str] = {found.product: "acc"}
         epilogue = self.exprs(found.epilogue, out_shape, "i", env_out, args)
         result = env_out[g.output] if found.epilogue else "acc"
@@ -187,6 +188,7 @@ class _AttentionEmitter(_EmitterBase):
             "      }",
             "    }",
             *(self._online_softmax(width) if softmax else []),
+            *gate,
             "#pragma unroll",
             "    for (int a = 0; a < 4; ++a)",
             "#pragma unroll",
@@ -290,6 +292,35 @@ class _AttentionEmitter(_EmitterBase):
         else:
             taken = self.ir.node(found.product).args["input"]
         return lines, env[taken.name]
+
+    def _gate(self, found: Attention, shape: tuple[int, ...], args: _Args, ix: str) -> list[str]:
+        """Lines multiplying each unnormalised probability of the tile by the gate's factors
+        (computed again at the element where the chain computes them), empty without a gate."""
+        if not found.gate:
+            return []
+        factors = {
+            r.name for m in found.gate for r in self.ir.node(m).tensor_refs() if r.kind == "node"
+        }
+        needed = [m for m in found.chain if any(m in feeding(self.ir, found.chain, f)
+                                                for f in factors if f in found.chain)]
+        env = {found.softmax or "": "s[a][b]"}
+        lines = self.exprs([*needed, *found.gate], shape, "i", env, args)
+        lq, lk = shape[-2:]
+        return [
+            "#pragma unroll",
+            "    for (int a = 0; a < 4; ++a) {",
+            "#pragma unroll",
+            "      for (int b = 0; b < 4; ++b) {",
+            f"        const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
+            f"        if (qq < {lq} && kk < {lk}) {{",
+            f"          const {ix} r = bidx * {lq} + qq;",
+            f"          const {ix} i = r * {lk} + kk;",
+            *(f"          {line}" for line in lines),
+            f"          s[a][b] = {env[found.gate[-1]]};",
+            "        }",
+            "      }",
+            "    }",
+        ]
 
     def _tile_mask(self, found: Attention, shape: tuple[int, ...], args: _Args) -> list[str]:
         """Lines that skip a key tile (``continue``) when a mask hides every score of it from

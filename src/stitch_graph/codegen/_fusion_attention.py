@@ -36,7 +36,10 @@ _LONG_KEYS = 256  # keys whose walk by too few blocks leaves the GPU idle
 class Attention:
     """The nodes of one fused attention: ``scores`` (q @ k.T), the pointwise ``chain`` on
     them, the ``softmax`` over keys (``None``: the chain's value is summed as it is), the
-    ``product`` with the values and the pointwise ``epilogue`` on its result. ``operands``:
+    ``product`` with the values and the pointwise ``epilogue`` on its result. ``gate``: products
+    of the probabilities with values that do not read them (a head's gate), applied to each
+    tile's unnormalised probabilities, which the normalisation then divides as it divides
+    the rest. ``operands``:
     for q, k or v (the products' operands, by node name of the value viewed) computed where
     the kernel loads them, the pointwise members that compute it (a scale, a rotary
     embedding)."""
@@ -47,6 +50,7 @@ class Attention:
     product: str
     epilogue: list[str]
     operands: dict[str, list[str]] = field(default_factory=dict)
+    gate: list[str] = field(default_factory=list)
 
     def q(self, ir: ProgramIR) -> Ref:
         return ir.node(self.scores).args["input"]
@@ -62,7 +66,7 @@ class Attention:
     def members(self) -> list[str]:
         loads = [m for chain in self.operands.values() for m in chain]
         return [*loads, self.scores, *self.chain, *([self.softmax] if self.softmax else []),
-                self.product, *self.epilogue]
+                *self.gate, self.product, *self.epilogue]
 
 
 def _product_ok(ir: ProgramIR, name: str) -> bool:
@@ -120,17 +124,17 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
         dim = node.args.get("dim")
         if dim not in (-1, len(shape) - 1) or node.args.get("dtype") not in (None, torch.float32):
             return None
-        if tuple(node.shape) != shape or users.get(softmax) != [second]:
+        if tuple(node.shape) != shape:
             return None
-        if o_node.args["input"] != Ref("node", softmax):
-            return None
-    chain = [*early, *(m for m in between if m != softmax)]
-    feeding = Ref("node", softmax) if softmax else o_node.args["input"]
+    gate = _gate(ir, softmax, between, second, users) if softmax else []
+    if gate is None:
+        return None
+    chain = [*early, *(m for m in between if m != softmax and m not in gate)]
     output = after[-1] if after else second
-    for m in [first, *chain, second, *after]:
+    for m in [first, *chain, *gate, second, *after]:
         if m != output and any(u not in inside for u in users.get(m, [])):
             return None  # read elsewhere: it would have to be stored
-    for m in [*chain, *after]:
+    for m in [*chain, *gate, *after]:
         node = ir.node(m)
         info = lookup(node.op)
         if info is None or info.kind != "pointwise" or node.dtype not in ("float32", "bool"):
@@ -145,15 +149,52 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     for m in after:
         if any(r.kind == "node" and r.name in [first, *chain] for r in ir.node(m).tensor_refs()):
             return None  # the epilogue runs on the product's elements, not the scores'
-    if softmax is not None:
-        src = ir.node(softmax).args.get("input")
-        if not isinstance(src, Ref) or src.kind != "node" or src.name not in [first, *chain]:
+    taken = ir.node(softmax).args.get("input") if softmax is not None else o_node.args["input"]
+    if not isinstance(taken, Ref) or taken.kind != "node":
+        return None
+    if taken.name not in _reaching(ir, first, chain):
+        return None  # the softmax (or the product) must take a value of the scores
+    return Attention(first, chain, softmax, second, after, operands, gate)
+
+
+def _gate(
+    ir: ProgramIR, softmax: str, between: list[str], second: str, users: dict[str, list[str]]
+) -> list[str] | None:
+    """The members between the softmax and the product with the values, each a product (or
+    a quotient) of the last with a value that reads neither it nor the scores; ``None`` where
+    the probabilities reach the product otherwise."""
+    gate: list[str] = []
+    last = softmax
+    while True:
+        readers = users.get(last, [])
+        if readers == [second]:
+            if ir.node(second).args["input"] != Ref("node", last):
+                return None
+            return gate
+        if len(readers) != 1 or readers[0] not in between:
             return None
-    elif feeding.kind != "node" or feeding.name not in [first, *chain]:
-        return None
-    if chain and not _reaches(ir, first, chain):
-        return None
-    return Attention(first, chain, softmax, second, after, operands)
+        node = ir.node(readers[0])
+        a, b = node.args.get("input"), node.args.get("other")
+        if node.op not in ("mul", "div") or (node.op == "div" and a != Ref("node", last)):
+            return None
+        factor = b if a == Ref("node", last) else a
+        if isinstance(factor, Ref) and _reads_scores(ir, factor, between):
+            return None
+        gate.append(node.name)
+        last = node.name
+
+
+def _reads_scores(ir: ProgramIR, ref: Ref, between: list[str]) -> bool:
+    """Whether ``ref`` is the scores, the softmax, or a member between the products that is
+    computed from them."""
+    if ref.kind != "node":
+        return False
+    node = ir.node(ref.name)
+    if node.op in (*_PRODUCTS, "softmax"):
+        return True
+    if ref.name not in between:
+        return False
+    return any(_reads_scores(ir, r, between) for r in node.tensor_refs())
 
 
 def whole_view_base(ir: ProgramIR, ref: Ref) -> tuple[Ref, list[str]]:
@@ -222,13 +263,13 @@ def feeding(ir: ProgramIR, members: list[str], name: str) -> list[str]:
     return [m for m in members if m in needed]
 
 
-def _reaches(ir: ProgramIR, first: str, chain: list[str]) -> bool:
-    """Whether the chain's last value depends on the scores (not a mask alone)."""
+def _reaching(ir: ProgramIR, first: str, chain: list[str]) -> set[str]:
+    """The scores and the chain's members computed from them (not a mask alone)."""
     seen = {first}
     for m in chain:
         if any(r.kind == "node" and r.name in seen for r in ir.node(m).tensor_refs()):
             seen.add(m)
-    return chain[-1] in seen
+    return seen
 
 
 def join_attention(
@@ -328,7 +369,8 @@ def split(ir: ProgramIR, g: Group) -> list[Group]:
     return [
         *loads,
         Group(f"{g.id}a", "gemm", found.scores, [], [], found.scores),
-        Group(f"{g.id}b", "softmax", found.softmax, list(found.chain), [], found.softmax),
+        Group(f"{g.id}b", "softmax", found.softmax, list(found.chain), list(found.gate),
+              found.gate[-1] if found.gate else found.softmax),
         second,
     ]
 
