@@ -46,6 +46,8 @@ CASES = {
     "squared_then_summed": "return x[m].pow(2).sum() + (y[y > 0.2] * 2.0).abs().mean()",
     # torch.cov has no meta kernel: its steps, then a selection of its off-diagonal
     "covariance_off_diagonal": "c = torch.cov(x[0].T)\n        off = ~torch.eye(16, dtype=torch.bool)\n        return c[off].pow(2).sum() / 16",  # noqa: E501
+    # torch.corrcoef tests a value on the host: its steps, the covariance over the deviations
+    "correlation": "return torch.corrcoef(x[0].T) + x[1].T.corrcoef()",
 }
 
 

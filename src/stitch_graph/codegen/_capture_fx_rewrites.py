@@ -97,16 +97,20 @@ def _dims_before(before: tuple[Any, ...], items: tuple[Any, ...], ndim: int) -> 
 
 
 def decompose_cov(gm: torch.fx.GraphModule) -> bool:
-    """Every unweighted ``torch.cov`` of a matrix with several rows rewritten as its steps;
-    False where there is none."""
+    """Every unweighted ``torch.cov`` of a matrix with several rows rewritten as its steps, and
+    every ``torch.corrcoef`` as that covariance over the outer product of its rows' standard
+    deviations, clipped to [-1, 1], as PyTorch computes it (its own steps test a value on the
+    host, which no trace can take); False where there is none."""
     changed = False
     for node in list(gm.graph.nodes):
-        method = node.op == "call_method" and node.target == "cov"
-        if not (method or (node.op == "call_function" and node.target is torch.cov)):
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        called = node.op == "call_method" or node.target in (torch.cov, torch.corrcoef)
+        if not called or name not in ("cov", "corrcoef"):
             continue
         x = node.args[0]
         kwargs = dict(node.kwargs)
-        correction = node.args[1] if len(node.args) > 1 else kwargs.pop("correction", 1)
+        correction = 1 if name == "corrcoef" else (
+            node.args[1] if len(node.args) > 1 else kwargs.pop("correction", 1))
         value = x.meta.get("sg_value") if isinstance(x, torch.fx.Node) else None
         if len(node.args) > 2 or any(kwargs.get(k) is not None for k in ("fweights", "aweights")):
             continue
@@ -121,6 +125,15 @@ def decompose_cov(gm: torch.fx.GraphModule) -> bool:
             cov = gm.graph.call_function(
                 operator.truediv, (product, value.shape[1] - int(correction))
             )
+            if name == "corrcoef":
+                spread = gm.graph.call_function(torch.sqrt, (gm.graph.call_method("diagonal", (cov,)),))
+                rows = gm.graph.call_method("view", (spread, -1, 1))
+                cols = gm.graph.call_method("view", (spread, 1, -1))
+                scaled = gm.graph.call_function(
+                    operator.truediv,
+                    (gm.graph.call_function(operator.truediv, (cov, rows)), cols),
+                )
+                cov = gm.graph.call_function(torch.clip, (scaled, -1.0, 1.0))
         node.replace_all_uses_with(cov)
         gm.graph.erase_node(node)
         changed = True
