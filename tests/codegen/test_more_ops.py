@@ -52,6 +52,8 @@ EXPRS = [
     "torch.lgamma(y.abs() + 0.5) + torch.special.i0(y) + torch.special.ndtr(y)",
     "torch.special.ndtri(torch.sigmoid(y)) + torch.special.log_ndtr(y * 4)",
     "torch.sinc(y) + torch.special.entr(y) + torch.special.expit(y) + F.logsigmoid(y)",
+    # a vector on a diagonal off the main one, below and above (the matrices summed back)
+    "torch.diag_embed(y, offset=-1).sum(-1)[..., 1:] + torch.diag_embed(y, 2).sum(-2)[..., 2:]",
     # torch.special's names of ops generated under their own
     "torch.special.expm1(y) + torch.special.exp2(y) + torch.special.log1p(y.abs()) + torch.special.erf(y) + torch.special.logsumexp(y, dim=-1, keepdim=True)",  # noqa: E501
     "torch.nan_to_num(x - x) + torch.nan_to_num((x - x) * y, nan=1.0) + torch.nan_to_num(x, posinf=2.0, neginf=-2.0)",  # noqa: E501

@@ -70,9 +70,20 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
         return b("diagonal", torch.diagonal, x, offset)
     if name == "diag_embed":
         nd = len(ir.shapes[x])
-        if a["offset"] != 0 or (a["dim1"] % (nd + 1), a["dim2"] % (nd + 1)) != (nd - 1, nd):
+        offset = a["offset"]
+        if not isinstance(offset, int) or (a["dim1"] % (nd + 1), a["dim2"] % (nd + 1)) != (
+            nd - 1, nd,
+        ):
             return None
-        return _diagonal_matrices(b, x, ir.shapes[x][-1])
+        if offset == 0:
+            return _diagonal_matrices(b, x, ir.shapes[x][-1])
+        # off the diagonal: the vector padded by |offset|, along the rows above it (or the
+        # columns below), kept where the column minus the row is the offset
+        size = ir.shapes[x][-1] + abs(offset)
+        padded = b("pad", torch.nn.functional.pad, x, [0, abs(offset)])
+        along = b("unsqueeze", "unsqueeze", padded, -1 if offset > 0 else -2)
+        on = diagonal_mask(b, size, size, offset)
+        return b("where", torch.where, on, along, 0.0)
     if name == "kron":
         return _kron(ir, b, x, a["other"])
     if name == "renorm":
@@ -80,11 +91,13 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
     return None
 
 
-def diagonal_mask(b: _Builder, rows: int, cols: int) -> Ref:
-    """``eye(rows, cols)`` as bools: baked row and column numbers compared, a pointwise op
-    where a baked matrix would be too large."""
+def diagonal_mask(b: _Builder, rows: int, cols: int, offset: int = 0) -> Ref:
+    """``eye(rows, cols)`` as bools, or its diagonal ``offset`` columns to the right: baked
+    row and column numbers compared, a pointwise op where a baked matrix would be too large."""
     row = b("view", "view", b.constant(torch.arange(rows)), rows, 1)
     col = b("view", "view", b.constant(torch.arange(cols)), 1, cols)
+    if offset:
+        return b("eq", torch.eq, b("sub", torch.sub, col, row), offset)
     return b("eq", torch.eq, row, col)
 
 
