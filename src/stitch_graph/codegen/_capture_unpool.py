@@ -5,6 +5,7 @@ flattened; where two indices repeat, which value stays is unspecified, as in PyT
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -47,12 +48,7 @@ def unpool(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | No
     else:
         size = [(n - 1) * s - 2 * p + k for n, s, p, k in zip(
             shape[2:], stride, padding, kernel, strict=True)]
-    planes, length = shape[:2], 1
-    for n in shape[2:]:
-        length *= n
-    out_length = 1
-    for n in size:
-        out_length *= n
+    planes, length, out_length = shape[:2], math.prod(shape[2:]), math.prod(size)
     values = b("reshape", torch.reshape, x, [*planes, length])
     positions = b("reshape", torch.reshape, idx, [*planes, length])
     zeros = b("new_zeros", "new_zeros", x, [*planes, out_length])

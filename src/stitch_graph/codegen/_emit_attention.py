@@ -76,6 +76,31 @@ def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
 
 
+def _each_score(
+    ix: str, shape: tuple[int, ...], inside: list[str], before: str = "", after: str = ""
+) -> list[str]:
+    """A loop over the thread's 4 x 4 scores of the tile (``s[a][b]``, query ``qq``, key
+    ``kk``): ``inside`` where the element lies in the scores (its row ``r`` and index ``i``
+    bound, for the operands' loads), ``before`` and ``after`` around that test."""
+    lq, lk = shape[-2:]
+    return [
+        "#pragma unroll",
+        "for (int a = 0; a < 4; ++a) {",
+        "#pragma unroll",
+        "  for (int b = 0; b < 4; ++b) {",
+        f"    const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
+        *([f"    {before}"] if before else []),
+        f"    if (qq < {lq} && kk < {lk}) {{",
+        f"      const {ix} r = bidx * {lq} + qq;",
+        f"      const {ix} i = r * {lk} + kk;",
+        *(f"      {line}" for line in inside),
+        "    }",
+        *([f"    {after}"] if after else []),
+        "  }",
+        "}",
+    ]
+
+
 class _AttentionEmitter(_EmitterBase):
     """The fused attention kernel (``attention``)."""
 
@@ -113,7 +138,7 @@ class _AttentionEmitter(_EmitterBase):
         load_v = self._tile_load(found, v, f"skv[c * {ld_kv} + j]", f"kk < {lk} && j < {dv}",
                                  f"voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}", ix, args, "      ")
         score_lines, score = self._score(found, shape, args)
-        mask = self._tile_mask(found, shape, args)
+        mask = self._tile_mask(found, shape, args, ix)
         gate = self._gate(found, shape, args, ix)
         env_out: dict[str, str] = {found.product: "acc"}
         epilogue = self.exprs(found.epilogue, out_shape, "i", env_out, args)
@@ -172,21 +197,10 @@ class _AttentionEmitter(_EmitterBase):
             "          s[a][b] = fmaf(qv[a].w, kv[b].w, fmaf(qv[a].z, kv[b].z, "
             "fmaf(qv[a].y, kv[b].y, fmaf(qv[a].x, kv[b].x, s[a][b]))));",
             "    }",
-            "#pragma unroll",
-            "    for (int a = 0; a < 4; ++a) {",
-            "#pragma unroll",
-            "      for (int b = 0; b < 4; ++b) {",
-            f"        const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
-            f"        float p = {_literal(hidden)};",
-            f"        if (qq < {lq} && kk < {lk}) {{",
-            f"          const {ix} r = bidx * {lq} + qq;",
-            f"          const {ix} i = r * {lk} + kk;",
-            *(f"          {line}" for line in score_lines),
-            f"          p = (float)({score});",
-            "        }",
-            "        s[a][b] = p;",
-            "      }",
-            "    }",
+            *(f"    {line}" for line in _each_score(
+                ix, shape, [*score_lines, f"p = (float)({score});"],
+                before=f"float p = {_literal(hidden)};", after="s[a][b] = p;",
+            )),
             *(self._online_softmax(width) if softmax else []),
             *gate,
             "#pragma unroll",
@@ -299,30 +313,19 @@ class _AttentionEmitter(_EmitterBase):
         if not found.gate:
             return []
         factors = {
-            r.name for m in found.gate for r in self.ir.node(m).tensor_refs() if r.kind == "node"
+            r.name for m in found.gate for r in self.ir.node(m).tensor_refs()
+            if r.kind == "node" and r.name in found.chain
         }
-        needed = [m for m in found.chain if any(m in feeding(self.ir, found.chain, f)
-                                                for f in factors if f in found.chain)]
+        needed = {m for f in factors for m in feeding(self.ir, found.chain, f)}
         env = {found.softmax or "": "s[a][b]"}
-        lines = self.exprs([*needed, *found.gate], shape, "i", env, args)
-        lq, lk = shape[-2:]
-        return [
-            "#pragma unroll",
-            "    for (int a = 0; a < 4; ++a) {",
-            "#pragma unroll",
-            "      for (int b = 0; b < 4; ++b) {",
-            f"        const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
-            f"        if (qq < {lq} && kk < {lk}) {{",
-            f"          const {ix} r = bidx * {lq} + qq;",
-            f"          const {ix} i = r * {lk} + kk;",
-            *(f"          {line}" for line in lines),
-            f"          s[a][b] = {env[found.gate[-1]]};",
-            "        }",
-            "      }",
-            "    }",
-        ]
+        computed = [m for m in found.chain if m in needed]
+        lines = self.exprs([*computed, *found.gate], shape, "i", env, args)
+        inside = [*lines, f"s[a][b] = {env[found.gate[-1]]};"]
+        return [f"    {line}" for line in _each_score(ix, shape, inside)]
 
-    def _tile_mask(self, found: Attention, shape: tuple[int, ...], args: _Args) -> list[str]:
+    def _tile_mask(
+        self, found: Attention, shape: tuple[int, ...], args: _Args, ix: str
+    ) -> list[str]:
         """Lines that skip a key tile (``continue``) when a mask hides every score of it from
         every query of the block: the softmax's input is ``masked_fill(x, mask, -inf)`` (a ReLU
         of it, or a fill with 0, without a softmax) with a mask that does not read the scores.
@@ -340,23 +343,9 @@ class _AttentionEmitter(_EmitterBase):
         else:
             lines = []
             value = args.load(mask, shape, "i", node.attrs.get("bshape", {}).get("mask"))
-        lq, lk = shape[-2:]
-        ix = "long long" if numel(shape) >= 2**31 else "int"
         return [
             "bool live = false;",
-            "#pragma unroll",
-            "for (int a = 0; a < 4; ++a) {",
-            "#pragma unroll",
-            "  for (int b = 0; b < 4; ++b) {",
-            f"    const {ix} qq = q0 + ty * 4 + a, kk = k0 + tx + {_LANES} * b;",
-            f"    if (qq < {lq} && kk < {lk}) {{",
-            f"      const {ix} r = bidx * {lq} + qq;",
-            f"      const {ix} i = r * {lk} + kk;",
-            *(f"      {line}" for line in lines),
-            f"      live = live || !({value});",
-            "    }",
-            "  }",
-            "}",
+            *_each_score(ix, shape, [*lines, f"live = live || !({value});"]),
             "if (!__syncthreads_or(live)) continue;",
         ]
 
