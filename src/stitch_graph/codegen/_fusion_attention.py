@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from stitch_graph.codegen._emit_base import _SMS
-from stitch_graph.codegen._fusion_passes import broadcasts
+from stitch_graph.codegen._fusion_passes import broadcasts, read_inside
 from stitch_graph.codegen.ir import Group, ProgramIR, Ref, numel
 from stitch_graph.codegen.ops import READS_ELSEWHERE, lookup
 
@@ -256,10 +256,7 @@ def _operand_chains(
 
 def feeding(ir: ProgramIR, members: list[str], name: str) -> list[str]:
     """The ``members`` that ``name`` is computed from, itself included, in order."""
-    needed = {name}
-    for m in reversed(members):
-        if m in needed:
-            needed |= {r.name for r in ir.node(m).tensor_refs() if r.kind == "node"}
+    needed = read_inside(ir, [name], set(members)) | {name}
     return [m for m in members if m in needed]
 
 
@@ -401,12 +398,7 @@ def hiding_fill(ir: ProgramIR, found: Attention) -> str | None:
     if not isinstance(mask, Ref) or taken not in chain:
         return None
     if mask.kind == "node" and mask.name in chain:
-        needed = feeding(ir, chain, mask.name)
-        scored = {found.scores}
-        for m in chain:
-            if any(r.kind == "node" and r.name in scored for r in ir.node(m).tensor_refs()):
-                scored.add(m)
-        if set(needed) & scored:
+        if set(feeding(ir, chain, mask.name)) & _reaching(ir, found.scores, chain):
             return None
     elif mask.kind == "node" and mask.name == found.scores:
         return None
