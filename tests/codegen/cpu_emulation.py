@@ -78,6 +78,7 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 _SERIAL_SYNC = r"""
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
+static inline void __syncwarp(unsigned = 0xffffffffu) {}
 static inline int __syncthreads_or(int) { return 1; }  // no block to ask: nothing is skipped
 """
 # block threads as coroutines: barriers and shuffles with CUDA's semantics (all lanes take part)
@@ -115,6 +116,7 @@ static void sg_wait(int* count, unsigned* gen, int alive) {
 }
 static void sg_warp_sync() { const int w = sg_cur >> 5; sg_wait(&sg_warp_count[w], &sg_warp_gen[w], sg_alive(w * 32, 32)); }
 static inline void __syncthreads() { sg_wait(&sg_block_count, &sg_block_gen, sg_alive(0, sg_threads.size())); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { sg_warp_sync(); }
 static int sg_or_flag;
 static inline int __syncthreads_or(int p) {  // thread 0 clears, every thread adds, all read
   __syncthreads();

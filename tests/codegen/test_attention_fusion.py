@@ -196,6 +196,22 @@ def test_fewer_queries_a_block_as_tuned(rows: int, tmp_path: Path) -> None:
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
+@pytest.mark.parametrize(("rows", "split"), [(16, True), (32, False)])
+def test_keys_and_values_a_tile_each_where_both_fit(rows: int, split: bool, tmp_path: Path) -> None:
+    """Rows of 128 keys and 96 values: at 16 queries a block the k and v tiles both fit (loaded
+    together; a warp reads back its own probabilities after ``__syncwarp``), at 32 they share
+    one (loaded in turn, four barriers a key tile)."""
+    from stitch_graph.codegen.tuning import KernelTuning, Tuning
+
+    tuning = Tuning(default=KernelTuning(fused_attention=True, rows_per_block=rows))
+    task, program = generate_checked(_source("wide"), tuning)
+    body = next(k for k in program.kernel_source.split('extern "C"') if "float sp[" in k)
+    assert ("float sv[" in body) is split
+    assert ("__syncwarp();" in body) is split
+    assert body.count("__syncthreads();") == (2 if split else 4)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
 def test_an_attention_written_into_a_concatenation(tmp_path: Path) -> None:
     """The kernel stores its output into its slice of the concatenation that reads it."""
     source = _FUNCTIONAL.format(

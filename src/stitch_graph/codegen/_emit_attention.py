@@ -35,6 +35,7 @@ from stitch_graph.codegen.tuning import KernelTuning
 
 _KEYS = 32  # keys a tile
 _LANES = _KEYS // 4  # threads sharing a query row
+_LD_P = _KEYS + 4  # row pitch of the probability tile
 _SHARED_FLOATS = 12 * 1024  # 48 KB of static shared memory
 
 
@@ -44,32 +45,42 @@ def _pad4(n: int) -> int:
 
 def _tiles(
     head: int, dv: int, lq: int, blocks: int, tun: KernelTuning
-) -> tuple[int, int, int, int, int]:
-    """Query rows a block and the row pitches of the q, k/v and probability tiles. The rows
-    are the tuning's ``rows_per_block`` where they fit in shared memory, else, of the counts
-    that fit, the one that leaves the fewest rows idle in the last block of a sequence (65
-    queries: 16, not 64 and 63 idle), the larger on a tie unless the blocks (``blocks``
-    batch entries times the sequence's tiles) are too few to give every SM two."""
+) -> tuple[int, int, int, int, int, bool]:
+    """Query rows a block, the row pitches of the q, k, v and probability tiles, the v
+    columns the lanes cover, and whether k and v have a tile each (loaded together, two
+    barriers a key tile) or share one (four barriers; where two do not fit in shared memory).
+    The rows are the tuning's ``rows_per_block`` where they fit, else, of the counts that fit,
+    the one that leaves the fewest rows idle in the last block of a sequence (65 queries: 16,
+    not 64 and 63 idle), the larger on a tie unless the blocks (``blocks`` batch entries times
+    the sequence's tiles) are too few to give every SM two."""
     cols = math.ceil(dv / (4 * _LANES)) * 4 * _LANES  # v columns the lanes cover, 4 each
-    ld_q = _pad4(head) + 4
-    ld_kv = max(_pad4(head), cols) + 4
-    ld_p = _KEYS + 4
-    fits = [
-        rows for rows in (64, 32, 16)
-        if rows * ld_q + _KEYS * ld_kv + rows * ld_p <= _SHARED_FLOATS
-    ]
+    ld_q, ld_k, ld_v = _pad4(head) + 4, _pad4(head) + 4, cols + 4
+
+    def split(rows: int) -> bool | None:
+        """Whether k and v get a tile each at ``rows`` (None: not even one shared fits)."""
+        kept = rows * ld_q + rows * _LD_P
+        if kept + _KEYS * (ld_k + ld_v) <= _SHARED_FLOATS:
+            return True
+        if kept + _KEYS * max(ld_k, ld_v) <= _SHARED_FLOATS:
+            return False
+        return None
+
+    fits = [rows for rows in (64, 32, 16) if split(rows) is not None]
     if not fits:
         msg = f"attention rows of {head} and {dv} do not fit 16 queries in shared memory"
         raise EmitError(msg)
-    if tun.rows_per_block in fits:
-        return tun.rows_per_block, ld_q, ld_kv, ld_p, cols
+    if tun.rows_per_block not in fits:
 
-    def cost(rows: int) -> tuple[int, int]:
-        few = blocks * math.ceil(lq / rows) < 2 * _SMS
-        return math.ceil(lq / rows) * rows, rows if few else -rows
+        def cost(rows: int) -> tuple[int, int]:
+            few = blocks * math.ceil(lq / rows) < 2 * _SMS
+            return math.ceil(lq / rows) * rows, rows if few else -rows
 
-    rows = min(fits, key=cost)
-    return rows, ld_q, ld_kv, ld_p, cols
+        rows = min(fits, key=cost)
+    else:
+        rows = tun.rows_per_block
+    if split(rows):
+        return rows, ld_q, ld_k, ld_v, cols, True
+    return rows, ld_q, max(ld_k, ld_v), max(ld_k, ld_v), cols, False
 
 
 def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
@@ -115,7 +126,8 @@ class _AttentionEmitter(_EmitterBase):
         shape, out_shape = tuple(s_node.shape), tuple(o_node.shape)
         batch, (lq, lk) = shape[:-2], shape[-2:]
         head, dv = ir.shapes[q][-1], ir.shapes[v][-1]
-        rows, ld_q, ld_kv, ld_p, cols = _tiles(head, dv, lq, numel(batch), tun)
+        rows, ld_q, ld_k, ld_v, cols, split = _tiles(head, dv, lq, numel(batch), tun)
+        vbuf = "sv" if split else "sk"
         threads = rows // 4 * _LANES
         blocks_q = math.ceil(lq / rows)
         spans = [numel(shape), numel(out_shape), *(
@@ -133,9 +145,9 @@ class _AttentionEmitter(_EmitterBase):
         hidden = -math.inf if softmax else 0.0
         load_q = self._tile_load(found, q, f"sq[rr * {ld_q} + d]", f"qq < {lq} && d < {head}",
                                  f"qoff + qq * {sq[-2]} + ({ix})d * {sq[-1]}", ix, args, "    ")
-        load_k = self._tile_load(found, kt, f"skv[c * {ld_kv} + d]", f"kk < {lk} && d < {head}",
+        load_k = self._tile_load(found, kt, f"sk[c * {ld_k} + d]", f"kk < {lk} && d < {head}",
                                  f"koff + kk * {sk[-1]} + ({ix})d * {sk[-2]}", ix, args, "      ")
-        load_v = self._tile_load(found, v, f"skv[c * {ld_kv} + j]", f"kk < {lk} && j < {dv}",
+        load_v = self._tile_load(found, v, f"{vbuf}[c * {ld_v} + j]", f"kk < {lk} && j < {dv}",
                                  f"voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}", ix, args, "      ")
         score_lines, score = self._score(found, shape, args)
         mask = self._tile_mask(found, shape, args, ix)
@@ -144,12 +156,20 @@ class _AttentionEmitter(_EmitterBase):
         epilogue = self.exprs(found.epilogue, out_shape, "i", env_out, args)
         result = env_out[g.output] if found.epilogue else "acc"
         width = cols // (4 * _LANES)
+        v_tile = [
+            f"    for (int e = tid; e < {_KEYS * cols}; e += {threads}) {{",
+            f"      const int c = e / {cols}, j = e % {cols};",
+            f"      const {ix} kk = k0 + c;",
+            *load_v,
+            "    }",
+        ]
         src = [
             f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
             f"{args.signature(['float* __restrict__ out'])}) {{",
             f"  __shared__ __align__(16) float sq[{rows * ld_q}];",
-            f"  __shared__ __align__(16) float skv[{_KEYS * ld_kv}];",
-            f"  __shared__ __align__(16) float sp[{rows * ld_p}];",
+            f"  __shared__ __align__(16) float sk[{_KEYS * ld_k}];",
+            *([f"  __shared__ __align__(16) float sv[{_KEYS * ld_v}];"] if split else []),
+            f"  __shared__ __align__(16) float sp[{rows * _LD_P}];",
             f"  const int tid = threadIdx.x, ty = tid / {_LANES}, tx = tid % {_LANES};",
             f"  const {ix} bidx = blockIdx.x / {blocks_q};",
             f"  const {ix} q0 = ({ix})(blockIdx.x % {blocks_q}) * {rows};",
@@ -174,6 +194,7 @@ class _AttentionEmitter(_EmitterBase):
             f"      const {ix} kk = k0 + c;",
             *load_k,
             "    }",
+            *(v_tile if split else []),
             "    __syncthreads();",
             "    float s[4][4];",
             "#pragma unroll",
@@ -188,7 +209,7 @@ class _AttentionEmitter(_EmitterBase):
             f"        qv[a] = *reinterpret_cast<const float4*>(&sq[(ty * 4 + a) * {ld_q} + d]);",
             "#pragma unroll",
             "      for (int b = 0; b < 4; ++b)",
-            f"        kv[b] = *reinterpret_cast<const float4*>(&skv[(tx + {_LANES} * b) * {ld_kv}"
+            f"        kv[b] = *reinterpret_cast<const float4*>(&sk[(tx + {_LANES} * b) * {ld_k}"
             " + d]);",
             "#pragma unroll",
             "      for (int a = 0; a < 4; ++a)",
@@ -207,26 +228,22 @@ class _AttentionEmitter(_EmitterBase):
             "    for (int a = 0; a < 4; ++a)",
             "#pragma unroll",
             "      for (int b = 0; b < 4; ++b)",
-            f"        sp[(ty * 4 + a) * {ld_p} + tx + {_LANES} * b] = s[a][b];",
-            "    __syncthreads();",
-            f"    for (int e = tid; e < {_KEYS * cols}; e += {threads}) {{",
-            f"      const int c = e / {cols}, j = e % {cols};",
-            f"      const {ix} kk = k0 + c;",
-            *load_v,
-            "    }",
-            "    __syncthreads();",
+            f"        sp[(ty * 4 + a) * {_LD_P} + tx + {_LANES} * b] = s[a][b];",
+            # a warp reads back the probabilities of its own rows only
+            *(["    __syncwarp();"] if split else
+              ["    __syncthreads();", *v_tile, "    __syncthreads();"]),
             "#pragma unroll 2",
             f"    for (int kk = 0; kk < {_KEYS}; kk += 4) {{",
             "      float4 pv[4];",
             "#pragma unroll",
             "      for (int a = 0; a < 4; ++a)",
-            f"        pv[a] = *reinterpret_cast<const float4*>(&sp[(ty * 4 + a) * {ld_p} + kk]);",
+            f"        pv[a] = *reinterpret_cast<const float4*>(&sp[(ty * 4 + a) * {_LD_P} + kk]);",
             "#pragma unroll",
             "      for (int j = 0; j < 4; ++j) {",
             "#pragma unroll",
             f"        for (int w = 0; w < {width}; ++w) {{",
             "          const float4 vv = *reinterpret_cast<const float4*>("
-            f"&skv[(kk + j) * {ld_kv} + tx * 4 + {4 * _LANES} * w]);",
+            f"&{vbuf}[(kk + j) * {ld_v} + tx * 4 + {4 * _LANES} * w]);",
             "#pragma unroll",
             "          for (int a = 0; a < 4; ++a) {",
             "            const float pj = reinterpret_cast<const float*>(&pv[a])[j];",
