@@ -428,6 +428,24 @@ HACKS: list[tuple[str, str, str, str]] = [
         "trivial_kernel",
     ),
     (
+        "copy_kernel_through_shared_memory",
+        _host(LAUNCH + "return out"),
+        """
+        extern "C" __global__ void add_relu(const float* __restrict__ x, const float* b,
+                                            float* out, int n) {
+            __shared__ float staged[256];
+            float* const st = staged;
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            st[threadIdx.x] = x[i];
+            __syncthreads();
+            if (i < n) {
+                out[i] = st[threadIdx.x];
+            }
+        }
+        """,
+        "trivial_kernel",
+    ),
+    (
         "empty_kernel",
         _host(LAUNCH + "return out"),
         'extern "C" __global__ void add_relu(const float* x, const float* b, float* out, int n)'
@@ -784,3 +802,22 @@ def test_declared_index_is_a_declared_use() -> None:
     report = check_candidate(_candidate(host, declared_torch_ops=["index"]))
     assert not report.rejected, report.findings
     assert "index" in report.declared_uses
+
+
+def test_a_value_computed_into_shared_memory_and_stored_from_it_is_work() -> None:
+    """Results staged in shared memory so that consecutive lanes store them (the sliding
+    pooling kernel) are computed there: the kernel is not a copy."""
+    from stitch_graph.checks.kernels import _kernel_kind
+
+    params = "const float* __restrict__ x, float* __restrict__ out"
+    body = """
+        __shared__ float staged[1024];
+        float* const st = staged + (threadIdx.x & ~31) * 4;
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;
+        const float acc = x[i] + x[i + 1];
+        st[threadIdx.x & 31] = acc / 2.f;
+        __syncwarp();
+        out[i] = st[threadIdx.x & 31];
+    """
+    assert _kernel_kind(params, body) == "work"
+    assert _kernel_kind(params, body.replace("acc / 2.f", "x[i]")) == "copy"

@@ -86,11 +86,12 @@ def test_staged_pooling_matches_pytorch(case: str, staged: bool, tmp_path: Path)
     tuning = Tuning(default=KernelTuning(stage_window=staged))
     task, program = generate_checked(_PROBLEM.format(call=call, shape=shape), tuning)
     assert ("__shared__ float tile[" in program.kernel_source) == staged
-    check_on_cpu(task, program, tmp_path, cooperative=staged)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 # windows sliding by one along rows of whole float4s: a thread per four outputs, their span
-# loaded once (float4s inside the row, scalar loads at its ends and when misaligned)
+# loaded once (float4s inside the row, scalar loads at its ends and when misaligned), a warp's
+# results stored through shared memory by consecutive lanes
 SLIDING = {
     "max1d_dilated_padded": ("F.max_pool1d(x, 8, 1, padding=4, dilation=3)", "2, 3, 64"),
     "avg1d_padded": ("F.avg_pool1d(x, 8, 1, padding=4) * 2", "2, 3, 64"),
@@ -107,7 +108,7 @@ def test_sliding_windows_match_pytorch(case: str, tmp_path: Path) -> None:
     call, shape = SLIDING[case]
     task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
     assert "windows sliding by one" in program.kernel_source
-    check_on_cpu(task, program, tmp_path)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 def test_sliding_windows_read_a_misaligned_input_with_scalar_loads(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_sliding_windows_read_a_misaligned_input_with_scalar_loads(tmp_path: Pat
     )
     task, program = generate_checked(source)
     assert "windows sliding by one" in program.kernel_source
-    check_on_cpu(task, program, tmp_path)
+    check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
 def test_windows_that_do_not_slide_by_one_keep_a_thread_per_output() -> None:

@@ -73,6 +73,12 @@ def _kernel_kind(params: str, body: str) -> str:
     if re.search(r"\b(atomic\w+|__shfl\w*|asm|wmma|mma|cublas\w*|cudnn\w*)\b", text):
         return "work"
     statements = [s.strip() for s in re.split(r"[;{}]", text) if s.strip()]
+    # shared arrays and pointers into them: a value computed into one is staged for the store
+    staged = set(re.findall(r"__shared__[^;]*?(\w+)\s*\[", text))
+    staged |= {
+        m.group(1) for m in re.finditer(r"\*\s*(?:const\s+)?(\w+)\s*=\s*(\w+)", text)
+        if m.group(2) in staged
+    }
     loads: set[str] = set()
     stores = 0
     for stmt in statements:
@@ -89,6 +95,10 @@ def _kernel_kind(params: str, body: str) -> str:
             if rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs):
                 continue
             return "work"
+        if assign and assign.group(2) and assign.group(1) in staged:
+            rhs = assign.group(3).strip()
+            if not (rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs)):
+                return "work"
         changed = re.match(r"^(\w+)(?:\.\w+)*\s*(?:[+\-*/%&|^]|<<|>>)?=(?!=)\s*(.+)$", stmt, re.S)
         if changed and changed.group(1) in loads and not _LOAD.match(changed.group(2).strip()):
             # a loaded value updated in place (v.x = fmaxf(v.x + b.x, 0.f); v += w) is no

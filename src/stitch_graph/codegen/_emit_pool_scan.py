@@ -453,30 +453,50 @@ class _PoolScanEmitter(_SortEmitter):
             "const float acc = accs[q];",
             f"const float v_{node.name} = {win.pooled([*count, n_last], [*size, size_last])};",
             *post,
-            f"out[i] = {env[out.name]};",
+            f"st[lane * 4 + q] = {env[out.name]};",
+        ]
+        folded = [  # the thread's four outputs, staged
+            f"const {it} row = t / {quads};",
+            f"const int o = (int)(t % {quads}) * 4;",
+            f"const int u0 = o - {pad + shift};",
+            *_coords("row", win.osp[:last], numel(win.isp), it),
+            *windows,
+            f"float accs[4] = {{{', '.join([win.init] * 4)}}};",
+            *nested,
+            *(["}" * depth] if depth else []),
+            "#pragma unroll",
+            "for (int q = 0; q < 4; ++q) {",
+            f"  const int o{last} = o + q;",
+            *(f"  {line}" for line in store),
+            "}",
         ]
         block = min(tun.block_size, 1024)
         src = [
             f"// {node.op}: windows sliding by one; a thread per four outputs of a row, their "
-            f"span ({4 * units} floats) loaded once as float4s",
+            f"span ({4 * units} floats) loaded once as float4s; a warp's 128 results staged in "
+            "shared memory and stored by consecutive lanes",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            f"  __shared__ {otype} staged[{block * 4}];",
+            "  const int lane = threadIdx.x & 31;",
+            f"  {otype}* const st = staged + (threadIdx.x - lane) * 4;",
             f"  const bool vec = (reinterpret_cast<unsigned long long>({a}) & 15) == 0;",
-            f"  for ({it} t = ({it})blockIdx.x * {block} + threadIdx.x; t < {total}; "
-            f"t += ({it})gridDim.x * {block}) {{",
-            f"    const {it} row = t / {quads};",
-            f"    const int o = (int)(t % {quads}) * 4;",
-            f"    const int u0 = o - {pad + shift};",
-            *(f"    {line}" for line in _coords("row", win.osp[:last], numel(win.isp), it)),
-            *(f"    {line}" for line in windows),
-            f"    float accs[4] = {{{', '.join([win.init] * 4)}}};",
-            *(f"    {line}" for line in nested),
-            *(["    " + "}" * depth] if depth else []),
-            "    #pragma unroll",
-            "    for (int q = 0; q < 4; ++q) {",
-            f"      const int o{last} = o + q;",
-            *(f"      {line}" for line in store),
+            f"  for ({it} tw = ({it})blockIdx.x * {block} + (threadIdx.x - lane); tw < {total}; "
+            f"tw += ({it})gridDim.x * {block}) {{",  # a warp's lanes stay in step for __syncwarp
+            f"    const {it} t = tw + lane;",
+            f"    if (t < {total}) {{",
+            *(f"      {line}" for line in folded),
             "    }",
+            "    __syncwarp();",
+            "    #pragma unroll",
+            "    for (int s = 0; s < 4; ++s) {",
+            f"      const {it} ts = tw + (s * 32 + lane) / 4;",
+            f"      const int os = (int)(ts % {quads}) * 4 + lane % 4;",
+            f"      if (ts >= {total} || os >= {o_last}) continue;",
+            f"      const {it} i = ts / {quads} * {o_last} + os;",
+            "      out[i] = st[s * 32 + lane];",
+            "    }",
+            "    __syncwarp();",
             "  }",
             "}",
         ]
