@@ -425,9 +425,12 @@ class _ReduceEmitter(_EmitterBase):
         pre, value = load_value(args, env)
         otype = _CTYPE.get(out.dtype, "float")
         # a thread per output walks its column alone: unroll so that several of its loads are
-        # in flight (one at a time leaves a column argmax at 2.1 TB/s on an H200)
+        # in flight (one at a time leaves a column argmax at 2.1 TB/s on an H200); a warp or a
+        # block per gathered row likewise, where each thread has four loads or more
+        per_thread = length / (32 if mode == "warp" else block)
         factor = tun.unroll if tun.unroll > 1 else (
-            _COLUMN_UNROLL if mode == "thread" and length >= 8 else 1
+            _COLUMN_UNROLL if mode == "thread" and length >= 8
+            else 4 if mode != "thread" and per_thread >= 4 else 1
         )
         unroll = f"#pragma unroll {factor}" if factor > 1 else ""
         if broadcast and mode == "thread" and length <= _HELD_ROW and tun.unroll <= 1:
