@@ -212,6 +212,30 @@ def test_keys_and_values_a_tile_each_where_both_fit(rows: int, split: bool, tmp_
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
+@pytest.mark.parametrize("offset", [0, 1])
+def test_tiles_load_float4s_where_the_operands_are_aligned(offset: int, tmp_path: Path) -> None:
+    """Rows of 16 contiguous floats: whole float4s where k and v start on a 16-byte
+    boundary, one float at a time where they do not (inputs one float into their storage)."""
+    source = _source("causal")
+    if offset:
+        source = source.replace(
+            "return [torch.randn(2, 3, 50, 16), torch.randn(2, 3, 70, 16), "
+            "torch.randn(2, 3, 70, 24), torch.randn(1)]",
+            "return [torch.randn(2 * 3 * 50 * 16 + 1)[1:].view(2, 3, 50, 16), "
+            "torch.randn(2 * 3 * 70 * 16 + 1)[1:].view(2, 3, 70, 16), "
+            "torch.randn(2 * 3 * 70 * 24 + 1)[1:].view(2, 3, 70, 24), torch.randn(1)]",
+        )
+        assert "[1:]" in source
+    from stitch_graph.codegen.tuning import KernelTuning, Tuning
+
+    tuning = Tuning(default=KernelTuning(fused_attention=True))
+    task, program = generate_checked(source, tuning)
+    body = next(k for k in program.kernel_source.split('extern "C"') if "float sp[" in k)
+    # k and v (q is scaled where it is loaded: a chain, computed a float at a time)
+    assert body.count("x = *reinterpret_cast<const float4*>") == 2
+    check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
 def test_an_attention_written_into_a_concatenation(tmp_path: Path) -> None:
     """The kernel stores its output into its slice of the concatenation that reads it."""
     source = _FUNCTIONAL.format(

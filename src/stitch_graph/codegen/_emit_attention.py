@@ -143,12 +143,12 @@ class _AttentionEmitter(_EmitterBase):
         dp = _pad4(head)
         softmax = found.softmax is not None
         hidden = -math.inf if softmax else 0.0
-        load_q = self._tile_load(found, q, f"sq[rr * {ld_q} + d]", f"qq < {lq} && d < {head}",
-                                 f"qoff + qq * {sq[-2]} + ({ix})d * {sq[-1]}", ix, args, "    ")
-        load_k = self._tile_load(found, kt, f"sk[c * {ld_k} + d]", f"kk < {lk} && d < {head}",
-                                 f"koff + kk * {sk[-1]} + ({ix})d * {sk[-2]}", ix, args, "      ")
-        load_v = self._tile_load(found, v, f"{vbuf}[c * {ld_v} + j]", f"kk < {lk} && j < {dv}",
-                                 f"voff + kk * {sv[-2]} + ({ix})j * {sv[-1]}", ix, args, "      ")
+        q_tile = self._tile(found, q, ("sq", ld_q), (rows, dp, "q0"), (lq, head),
+                            (sq[-2], -1, "qoff"), ix, args, threads)
+        k_tile = self._tile(found, kt, ("sk", ld_k), (_KEYS, dp, "k0"), (lk, head),
+                            (sk[-1], -2, "koff"), ix, args, threads)
+        v_tile = self._tile(found, v, (vbuf, ld_v), (_KEYS, cols, "k0"), (lk, dv),
+                            (sv[-2], -1, "voff"), ix, args, threads)
         score_lines, score = self._score(found, shape, args)
         mask = self._tile_mask(found, shape, args, ix)
         gate = self._gate(found, shape, args, ix)
@@ -156,13 +156,6 @@ class _AttentionEmitter(_EmitterBase):
         epilogue = self.exprs(found.epilogue, out_shape, "i", env_out, args)
         result = env_out[g.output] if found.epilogue else "acc"
         width = cols // (4 * _LANES)
-        v_tile = [
-            f"    for (int e = tid; e < {_KEYS * cols}; e += {threads}) {{",
-            f"      const int c = e / {cols}, j = e % {cols};",
-            f"      const {ix} kk = k0 + c;",
-            *load_v,
-            "    }",
-        ]
         src = [
             f'extern "C" __global__ __launch_bounds__({threads}) void {kernel}('
             f"{args.signature(['float* __restrict__ out'])}) {{",
@@ -174,11 +167,7 @@ class _AttentionEmitter(_EmitterBase):
             f"  const {ix} bidx = blockIdx.x / {blocks_q};",
             f"  const {ix} q0 = ({ix})(blockIdx.x % {blocks_q}) * {rows};",
             f"  const {ix} qoff = {base(q)}, koff = {base(kt)}, voff = {base(v)};",
-            f"  for (int e = tid; e < {rows * dp}; e += {threads}) {{",
-            f"    const int rr = e / {dp}, d = e % {dp};",
-            f"    const {ix} qq = q0 + rr;",
-            *load_q,
-            "  }",
+            *(f"  {line}" for line in q_tile),
             "  float m[4], l[4], o[4][" + str(4 * width) + "];",
             "#pragma unroll",
             "  for (int a = 0; a < 4; ++a) {",
@@ -189,12 +178,7 @@ class _AttentionEmitter(_EmitterBase):
             f"  for ({ix} k0 = 0; k0 < {lk}; k0 += {_KEYS}) {{",
             *([f"    {line}" for line in mask] if mask else []),
             "    __syncthreads();",
-            f"    for (int e = tid; e < {_KEYS * dp}; e += {threads}) {{",
-            f"      const int c = e / {dp}, d = e % {dp};",
-            f"      const {ix} kk = k0 + c;",
-            *load_k,
-            "    }",
-            *(v_tile if split else []),
+            *(f"    {line}" for line in (*k_tile, *(v_tile if split else []))),
             "    __syncthreads();",
             "    float s[4][4];",
             "#pragma unroll",
@@ -231,7 +215,7 @@ class _AttentionEmitter(_EmitterBase):
             f"        sp[(ty * 4 + a) * {_LD_P} + tx + {_LANES} * b] = s[a][b];",
             # a warp reads back the probabilities of its own rows only
             *(["    __syncwarp();"] if split else
-              ["    __syncthreads();", *v_tile, "    __syncthreads();"]),
+              ["    __syncthreads();", *(f"    {line}" for line in v_tile), "    __syncthreads();"]),
             "#pragma unroll 2",
             f"    for (int kk = 0; kk < {_KEYS}; kk += 4) {{",
             "      float4 pv[4];",
@@ -279,6 +263,60 @@ class _AttentionEmitter(_EmitterBase):
         ]
         grid = blocks_q * numel(batch)
         return self._add_kernel(src, kernel, grid, threads, args, ir.node(g.output))
+
+    def _tile(
+        self,
+        found: Attention,
+        ref: Ref,
+        buffer: tuple[str, int],
+        extent: tuple[int, int, str],
+        limits: tuple[int, int],
+        layout: tuple[int, int, str],
+        ix: str,
+        args: _Args,
+        threads: int,
+    ) -> list[str]:
+        """The loop that fills shared ``buffer`` (name, row pitch) with ``extent`` (rows,
+        columns, first row) of operand ``ref``, zero past ``limits`` (rows, columns); ``layout``
+        is the row stride, the axis of ``ref`` the columns run along (-1 or -2) and the batch
+        offset.
+        Tile row ``c`` is operand row ``kk``. Where the columns are contiguous and every other
+        stride and the column count are multiples of 4, whole float4s are loaded when the
+        operand starts on a 16-byte boundary (checked at run time), one element at a time
+        otherwise."""
+        name, ld = buffer
+        count, width, first = extent
+        row_limit, col_limit = limits
+        row_stride, axis, off = layout
+        strides = self.ir.strides[ref]
+        offset = f"{off} + kk * {row_stride} + ({ix})d * {strides[axis]}"
+        inside = f"kk < {row_limit} && d < {col_limit}"
+        scalar = [
+            f"for (int e = tid; e < {count * width}; e += {threads}) {{",
+            f"  const int c = e / {width}, d = e % {width};",
+            f"  const {ix} kk = {first} + c;",
+            *self._tile_load(found, ref, f"{name}[c * {ld} + d]", inside, offset, ix, args, "  "),
+            "}",
+        ]
+        base, _ = whole_view_base(self.ir, ref)
+        chained = base.kind == "node" and bool(found.operands.get(base.name))
+        others = [st for a, st in enumerate(strides) if a != len(strides) + axis]
+        if chained or strides[axis] != 1 or col_limit % 4 or any(st % 4 for st in others):
+            return scalar
+        p = args.param(ref)
+        return [
+            f"if ((reinterpret_cast<unsigned long long>({p} + {off}) & 15) == 0) {{",
+            f"  for (int e = tid; e < {count * width // 4}; e += {threads}) {{",
+            f"    const int c = e / {width // 4}, d = e % {width // 4} * 4;",
+            f"    const {ix} kk = {first} + c;",
+            "    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);",
+            f"    if ({inside}) x = *reinterpret_cast<const float4*>(&{p}[{offset}]);",
+            f"    *reinterpret_cast<float4*>(&{name}[c * {ld} + d]) = x;",
+            "  }",
+            "} else {",
+            *(f"  {line}" for line in scalar),
+            "}",
+        ]
 
     def _tile_load(
         self,
