@@ -31,6 +31,12 @@ CASES = {
     "batch_of_traces": ("bii->b", f"{_R}(3, 5, 5)"),
     "product_with_a_diagonal": ("bij,bjj->bi", f"{_R}(2, 4, 5), {_R}(2, 5, 5)"),
     "a_diagonal": ("ii->i", f"{_R}(4, 4)"),
+    # an ellipsis spelled out in letters: leading, inside, of different spans, implicit output
+    "ellipsis_leading": ("...nd,de->...ne", f"{_R}(2, 3, 5, 4), {_R}(4, 6)"),
+    "ellipsis_inside": ("b...d,de->b...e", f"{_R}(2, 3, 5, 4), {_R}(4, 6)"),
+    "ellipsis_spans_differ": ("...ij,...jk->...ik", f"{_R}(2, 3, 4, 5), {_R}(3, 5, 6)"),
+    "ellipsis_implicit_output": ("...ij,jk", f"{_R}(2, 3, 4), {_R}(4, 5)"),
+    "ellipsis_broadcast_matmul": ("...ij,...jk->...ik", f"{_R}(1, 3, 4), {_R}(2, 4, 5)"),
 }
 
 
@@ -67,7 +73,6 @@ def test_einsum_is_generated_and_matches_pytorch(case: str, tmp_path: Path) -> N
 def test_equations_it_does_not_reproduce_stay_in_pytorch() -> None:
     for equation, inputs in [
         ("iii->i", f"{_R}(3, 3, 3)"),  # a letter repeated three times
-        ("...ij,...jk->...ik", f"{_R}(2, 3, 4), {_R}(2, 4, 5)"),  # an ellipsis
         ("ij,ij->ij", f"{_R}(1, 4), {_R}(3, 4)"),  # sizes that broadcast
     ]:
         _, program = generate_checked(_problem(equation, inputs))

@@ -28,7 +28,7 @@ from stitch_graph.codegen._capture_compose import (
     chained_product,
     compose,
 )
-from stitch_graph.codegen._capture_einsum import einsum_operands, lower_einsum
+from stitch_graph.codegen._capture_einsum import einsum_operands, expand_ellipsis, lower_einsum
 from stitch_graph.codegen._capture_indexing import index_put, joint_index, sliced_index
 from stitch_graph.codegen._capture_names import _canonical_name
 from stitch_graph.codegen._capture_order import (
@@ -617,7 +617,15 @@ def _decompose_einsum(
     ir: ProgramIR, fx_node: torch.fx.Node, args: list[Any], ours: dict[Ref, Any]
 ) -> Ref | None:
     """An einsum as registry ops: a (batched, broadcast) matrix product as one ``matmul``,
-    any other plain equation as pairwise contractions (``_capture_einsum``)."""
+    any other plain equation as pairwise contractions (``_capture_einsum``), an ellipsis
+    spelled out in letters first."""
+    parsed = einsum_operands(args)
+    if parsed is not None and "." in parsed[0]:
+        ranks = [len(ir.shapes[r]) if isinstance(r, Ref) else -1 for r in parsed[1]]
+        eq = expand_ellipsis(parsed[0], ranks)
+        if eq is None:
+            return None
+        args = [eq, *parsed[1]]
     ref = _einsum_as_matmul(ir, fx_node, args, ours)
     if ref is not None:
         return ref

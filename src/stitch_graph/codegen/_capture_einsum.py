@@ -9,8 +9,9 @@ something to contract, the pair becomes one (batched) ``matmul`` of operands per
 ``[batch, free, contracted]`` and ``[batch, contracted, free]``; with nothing, a broadcast
 ``mul``. A last permute gives the output's letter order.
 
-Only plain equations are taken: explicit ``->``, no ellipsis, no letter twice in one operand,
-float32 operands whose sizes agree letter by letter. Anything else stays in PyTorch.
+Only plain equations are taken: explicit ``->``, no letter twice in one operand (but for a
+diagonal), float32 operands whose sizes agree letter by letter; an ellipsis is first spelled
+out in letters (``expand_ellipsis``). Anything else stays in PyTorch.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from stitch_graph.codegen.ir import ProgramIR, Ref
 
-__all__ = ["einsum_operands", "lower_einsum"]
+__all__ = ["einsum_operands", "expand_ellipsis", "lower_einsum"]
 
 
 def einsum_operands(args: list[Any]) -> tuple[str, list[Any]] | None:
@@ -33,6 +34,36 @@ def einsum_operands(args: list[Any]) -> tuple[str, list[Any]] | None:
     if len(args) == 2 and isinstance(args[1], list | tuple):
         return args[0], list(args[1])
     return args[0], list(args[1:])
+
+
+def expand_ellipsis(eq: str, ranks: list[int]) -> str | None:
+    """``eq`` with each ``...`` spelled out in unused letters, for operands of ``ranks``
+    dims: an operand's ellipsis spans the dims its letters leave, right-aligned across
+    operands as einsum broadcasts them; an output without ``->`` (implicit) lists the
+    ellipsis' dims, then the letters used once, in alphabetical order. ``None`` where the
+    ranks do not fit the equation."""
+    eq = eq.replace(" ", "")
+    if "." not in eq:
+        return eq
+    lhs, arrow, out = eq.partition("->")
+    subs = lhs.split(",")
+    if len(subs) != len(ranks) or any(s.count("...") > 1 or "." in s.replace("...", "") for s in subs):
+        return None
+    spans = [rank - len(s.replace("...", "")) if "..." in s else 0 for s, rank in zip(subs, ranks, strict=True)]
+    if any(n < 0 for n in spans):
+        return None
+    width = max(spans)
+    free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    if len(free) < width:
+        return None
+    letters = "".join(free[:width])
+    subs = [s.replace("...", letters[width - n:]) for s, n in zip(subs, spans, strict=True)]
+    if not arrow:
+        once = sorted(c for c in set("".join(subs)) if "".join(subs).count(c) == 1 and c not in letters)
+        out = letters + "".join(once)
+    elif "..." in out:
+        out = out.replace("...", letters)
+    return ",".join(subs) + "->" + out
 
 
 def _diagonals_taken(
