@@ -82,6 +82,16 @@ CASES = {
         "        return (torch.softmax(s, dim=-1) * torch.sigmoid(bias) / 2.0) @ v",
         "2, 3, 70, 16", "2, 3, 70, 16", "2, 3, 70, 24", "1, 3, 1, 1",
     ),
+    # ALiBi: a bias from integer positions (key - query) in the chain, and v read through a
+    # transpose cuBLAS cannot batch (its copy, written after the scores, computed on load)
+    "alibi": (
+        "pos = torch.arange(70)\n"
+        "        rel = (pos[None, :] - pos[:, None]).to(q.dtype)\n"
+        "        s = (q @ k.transpose(-2, -1)) * 0.25 + bias.view(-1, 1, 1) * rel\n"
+        "        s = s.masked_fill(~self.keep, float('-inf'))\n"
+        "        return torch.softmax(s, dim=-1) @ v.transpose(1, 2)",
+        "2, 3, 70, 16", "2, 3, 70, 16", "2, 70, 3, 16", "3",
+    ),
     # rows of 128: fewer queries a block fit in shared memory
     "wide": (
         "return torch.softmax(q @ k.transpose(-1, -2) * 0.05 + bias, dim=-1) @ v",
@@ -108,7 +118,7 @@ def _kinds(source: str) -> list[str]:
     return [g.kind for g in schedule_program(capture_program(load_task(source)))]
 
 
-_MASKED = ("causal", "early_mask", "gate", "relu")  # a mask hides whole tiles of keys: fused by default
+_MASKED = ("alibi", "causal", "early_mask", "gate", "relu")  # a mask hides whole tiles of keys: fused by default
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

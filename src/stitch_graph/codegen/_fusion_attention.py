@@ -29,6 +29,8 @@ _PRODUCTS = ("matmul", "bmm")
 _WHOLE_VIEWS = ("view", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose",
                 "t", "expand", "expand_as", "view_as")
 MAX_HEAD = 128  # the widest q/k and v rows a block holds in shared memory
+# a chain may compute positions in integers (ALiBi's key - query, a relative bucket)
+_CHAIN_DTYPES = ("float32", "bool", "int64", "int32")
 _LONG_KEYS = 256  # keys whose walk by too few blocks leaves the GPU idle
 
 
@@ -108,9 +110,17 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     ):
         return None
     inside = set(names)
-    between = [m for m in names if order[first] < order[m] < order[second]]
+    # v's own chain may come after the scores (a copy of v written just before its product):
+    # it is an operand's, computed on load, not the scores' chain
+    v_base, _ = whole_view_base(ir, v)
+    v_side: set[str] = set()
+    if v_base.kind == "node" and v_base.name in inside:
+        v_side = read_inside(ir, [v_base.name], inside) | {v_base.name}
+        if first in v_side:
+            return None
+    between = [m for m in names if order[first] < order[m] < order[second] and m not in v_side]
     after = [m for m in names if order[m] > order[second]]
-    before = [m for m in names if order[m] < order[first]]
+    before = [m for m in names if order[m] < order[first] or (m in v_side and order[m] < order[second])]
     chained = _operand_chains(ir, before, [(q, first), (kt, first), (v, second)], users)
     if chained is None:
         return None
@@ -137,7 +147,7 @@ def find(ir: ProgramIR, members: list[str], users: dict[str, list[str]]) -> Atte
     for m in [*chain, *gate, *after]:
         node = ir.node(m)
         info = lookup(node.op)
-        if info is None or info.kind != "pointwise" or node.dtype not in ("float32", "bool"):
+        if info is None or info.kind != "pointwise" or node.dtype not in _CHAIN_DTYPES:
             return None
         if node.op in READS_ELSEWHERE and any(
             r.kind == "node" and r.name in inside for r in node.tensor_refs()
