@@ -279,9 +279,8 @@ class _AttentionEmitter(_EmitterBase):
         """The loop that fills shared ``buffer`` (name, row pitch) with ``extent`` (rows,
         columns, first row) of operand ``ref``, zero past ``limits`` (rows, columns); ``layout``
         is the row stride, the axis of ``ref`` the columns run along (-1 or -2) and the batch
-        offset.
-        Tile row ``c`` is operand row ``kk``. Where the columns are contiguous and every other
-        stride and the column count are multiples of 4, whole float4s are loaded when the
+        offset. Tile row ``c`` is operand row ``kk``. Where the columns are contiguous and every
+        other stride and the column count are multiples of 4, whole float4s are loaded when the
         operand starts on a 16-byte boundary (checked at run time), one element at a time
         otherwise."""
         name, ld = buffer
