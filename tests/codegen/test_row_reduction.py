@@ -141,3 +141,15 @@ def test_long_log_softmax_row_is_read_once(shift: int, tmp_path: Path) -> None:
 def test_long_softmax_reading_two_tensors_keeps_two_passes() -> None:
     _, program = _generate("torch.log_softmax(x + w, dim=1) - w", "3, 32000", "3, 32000")
     assert "statistics pass, then write pass" in program.kernel_source
+
+
+def test_a_block_per_gathered_row_keeps_four_loads_in_flight(tmp_path: Path) -> None:
+    """std over dims 1 and 3 (rows gathered by index, 1170 elements: a block each): the loop
+    is unrolled by 4 so that each thread's loads overlap, and the result matches."""
+    from tests.codegen.cpu_emulation import check_on_cpu
+
+    source = _PROBLEM.format(expr="torch.std(x, dim=(1, 3)) + w", shape="2, 9, 5, 130", wshape="5")
+    task, program = generate_checked(source)
+    assert "block per row" in program.kernel_source
+    assert "#pragma unroll 4" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
