@@ -4,6 +4,7 @@ cooperative CPU emulation, fused and unfused; what is not an attention stays as 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -224,25 +225,23 @@ def test_keys_and_values_a_tile_each_where_both_fit(rows: int, split: bool, tmp_
 
 @pytest.mark.parametrize("offset", [0, 1])
 def test_tiles_load_float4s_where_the_operands_are_aligned(offset: int, tmp_path: Path) -> None:
-    """Rows of 16 contiguous floats: whole float4s where k and v start on a 16-byte
-    boundary, one float at a time where they do not (inputs one float into their storage)."""
-    source = _source("causal")
-    if offset:
-        source = source.replace(
-            "return [torch.randn(2, 3, 50, 16), torch.randn(2, 3, 70, 16), "
-            "torch.randn(2, 3, 70, 24), torch.randn(1)]",
-            "return [torch.randn(2 * 3 * 50 * 16 + 1)[1:].view(2, 3, 50, 16), "
-            "torch.randn(2 * 3 * 70 * 16 + 1)[1:].view(2, 3, 70, 16), "
-            "torch.randn(2 * 3 * 70 * 24 + 1)[1:].view(2, 3, 70, 24), torch.randn(1)]",
-        )
-        assert "[1:]" in source
+    """Rows of 16 contiguous floats: whole float4s where q, k and v start on a 16-byte
+    boundary, one float at a time where they do not (views one float into their inputs)."""
+    # q, k and v viewed from flat inputs, one float into them where ``offset`` is 1
+    sizes = {"q": (2, 3, 50, 16), "k": (2, 3, 70, 16), "v": (2, 3, 70, 24)}
+    views = "\n        ".join(
+        f"{n} = {n}[{offset}:{offset} + {math.prod(s)}].view{s}" for n, s in sizes.items()
+    )
+    flat = ", ".join(str(math.prod(s) + 1) for s in sizes.values())
+    body = f"{views}\n        return F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+    source = _FUNCTIONAL.format(body=body, q=flat.split(", ")[0], k=flat.split(", ")[1],
+                                v=flat.split(", ")[2], bias="1")
     from stitch_graph.codegen.tuning import KernelTuning, Tuning
 
     tuning = Tuning(default=KernelTuning(fused_attention=True))
     task, program = generate_checked(source, tuning)
     body = next(k for k in program.kernel_source.split('extern "C"') if "float sp[" in k)
-    # k and v (q is scaled where it is loaded: a chain, computed a float at a time)
-    assert body.count("x = *reinterpret_cast<const float4*>") == 2
+    assert body.count("x = *reinterpret_cast<const float4*>") == 3  # q, k and v
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
