@@ -81,6 +81,11 @@ def _kernel_kind(params: str, body: str) -> str:
     }
     loads: set[str] = set()
     stores = 0
+
+    def copied(rhs: str) -> bool:
+        """Whether a stored value is a loaded one or a constant, not computed."""
+        return rhs in loads or bool(_LOAD.match(rhs)) or bool(re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs))
+
     for stmt in statements:
         decl = re.match(r"^(?:const\s+)?[\w:<>]+\s+(\w+)\s*=\s*(.+)$", stmt, re.S)
         assign = re.match(r"^(\w+)\s*(\[[^\]]*\])?\s*=\s*(.+)$", stmt, re.S)
@@ -92,12 +97,11 @@ def _kernel_kind(params: str, body: str) -> str:
         if assign and assign.group(2) and assign.group(1) in pointers:
             rhs = assign.group(3).strip()
             stores += 1
-            if rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs):
+            if copied(rhs):
                 continue
             return "work"
         if assign and assign.group(2) and assign.group(1) in staged:
-            rhs = assign.group(3).strip()
-            if not (rhs in loads or _LOAD.match(rhs) or re.fullmatch(r"[-+]?[\d.]+[fF]?", rhs)):
+            if not copied(assign.group(3).strip()):
                 return "work"
         changed = re.match(r"^(\w+)(?:\.\w+)*\s*(?:[+\-*/%&|^]|<<|>>)?=(?!=)\s*(.+)$", stmt, re.S)
         if changed and changed.group(1) in loads and not _LOAD.match(changed.group(2).strip()):
