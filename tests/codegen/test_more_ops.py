@@ -7,7 +7,7 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
 non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
-``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted`` (one sorted row, or one a row), ``masked_scatter``, ``cdist``, ``rrelu`` and the other dropouts
+``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted`` (one sorted row, or one a row), ``histc``, ``masked_scatter``, ``cdist``, ``rrelu`` and the other dropouts
 outside training; casts with ``.to(dtype)``; sums of masks and of int64 tensors; ``nansum``, ``dist``, ``matrix_norm`` (Frobenius, 1 and infinity), ``linalg.cross``, ``addr``,
 ``multi_dot``/``chain_matmul``, ``block_diag``, ``atleast_nd`` and factories too large to
 bake (``zeros``, ``ones``, ``full``, ``new_zeros``, ...) and ``empty`` filled with ``fill_``. Each
@@ -115,6 +115,8 @@ EXPRS = [
     "F.lp_pool1d(y.flatten(2), 2, 3, stride=2)",
     "torch.bucketize(y, torch.tensor([-1.0, 0.0, 0.5, 1.0])) + torch.bucketize(y, torch.tensor([-1.0, 0.0]), right=True)",  # noqa: E501
     "torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 1.0]), y) * 2",
+    # histograms: the data's range, a given one (values outside it dropped), a constant input
+    "torch.histc(y, bins=7) + torch.tanh(y).histc(bins=7, min=-0.5, max=0.9) + torch.histc(y * 0 + 2, bins=7)",  # noqa: E501
     # the k-th selected position takes the source's k-th element; a mask broadcast along rows
     "y.masked_scatter(x > 0.5, torch.tanh(x)) + y.masked_scatter(x[..., :1] < 0, y * 2)",
     # a sorted row for each row of values (samples drawn from each ray's CDF), right side

@@ -70,6 +70,7 @@ COMPOSE_SIGNATURES = {
     "repeat": "input, sizes",
     "tile": "input, dims",
     "repeat_interleave": "input, repeats=None, dim=None, output_size=None",
+    "histc": "input, bins=100, min=0, max=0",
     "embedding_bag": "input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode='mean', sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None",  # noqa: E501
     "tensordot": "a, b, dims=2, out=None",
     "linear": "input, weight, bias=None",
@@ -89,7 +90,7 @@ COMPOSE_SIGNATURES = {
 COMPOSE_METHODS = frozenset({
     "logit", "any", "all", "count_nonzero", "nanmean", "aminmax", "norm", "baddbmm", "outer",
     "diff", "repeat", "tile", "addbmm", "addmv", "dot", "inner", "mv", "matmul", "repeat_interleave", "take_along_dim", "rot90", "cross",
-    "tensordot", "nansum", "addr", "masked_scatter",
+    "tensordot", "nansum", "addr", "masked_scatter", "histc",
 })
 
 
@@ -179,6 +180,8 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _embedding_bag(ir, b, a)
     if name in ("bucketize", "searchsorted"):
         return _bucket(ir, b, name, a)
+    if name == "histc":
+        return _histc(ir, b, a)
     if name == "fold":
         return _fold(ir, b, a)
     if name == "cdist":
@@ -713,6 +716,37 @@ def _bucket(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Ref | N
     if ir.dtypes[edges] != "float32":
         return None
     return b("bucketize", torch.bucketize, x, edges, right=right)
+
+
+def _histc(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
+    """``histc``: each element's bin computed as PyTorch's CUDA kernel does (``(x - lo) *
+    bins / (hi - lo)`` in float32, truncated, ``hi`` itself in the last bin) and a one added
+    there (``index_add``); elements outside ``[lo, hi]`` and NaN add nothing. ``min == max``
+    takes the range from the data (widened by one each way where the data is constant), on
+    the device rather than through a host read."""
+    x, bins = a["input"], int(a["bins"])
+    if not isinstance(x, Ref) or ir.dtypes[x] != "float32" or bins < 1 or numel(ir.shapes[x]) >= 2**24:
+        return None  # counts above 2**24 are no longer exact in float32 adds
+    flat = b("reshape", torch.reshape, x, [-1])
+    lo, hi = float(a["min"]), float(a["max"])
+    if lo == hi:
+        low, high = b("amin", torch.amin, flat), b("amax", torch.amax, flat)
+        same = b("eq", torch.eq, low, high)
+        low = b("where", torch.where, same, b("sub", torch.sub, low, 1.0), low)
+        high = b("where", torch.where, same, b("add", torch.add, high, 1.0), high)
+        width: Any = b("sub", torch.sub, high, low)
+    elif lo > hi:
+        return None  # PyTorch raises
+    else:
+        low, high = lo, hi
+        width = float(torch.tensor(hi, dtype=torch.float32) - torch.tensor(lo, dtype=torch.float32))
+    scaled = b("div", torch.div, b("mul", torch.mul, b("sub", torch.sub, flat, low), float(bins)), width)
+    pos = b("long", "long", scaled)
+    pos = b("where", torch.where, b("eq", torch.eq, pos, bins), bins - 1, pos)
+    inside = b("logical_and", torch.logical_and, b("ge", torch.ge, flat, low), b("le", torch.le, flat, high))
+    index = b("where", torch.where, inside, pos, 0)
+    ones = b("float", "float", inside)
+    return b("index_add", torch.index_add, b("zeros", torch.zeros, [bins]), 0, index, ones)
 
 
 def _masked_scatter(ir: ProgramIR, b: _Builder, x: Ref, mask: Any, source: Any) -> Ref | None:
