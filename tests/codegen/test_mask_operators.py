@@ -1,7 +1,8 @@
 """``a & b``, ``a | b`` and ``a ^ b`` on masks make new masks and leave ``a`` as it was;
 ``a &= b`` and the like write ``a``, through a view into another mask too. fx traces
 ``a & b`` as ``operator.and_``, whose trailing underscore once read as an in-place write: every
-later read of ``a`` then saw ``a & b``. Each checked against PyTorch in the CPU emulation."""
+later read of ``a`` then saw ``a & b``. On the ``torch.export`` path they are ATen's
+``__and__`` and the like. Each checked against PyTorch in the CPU emulation."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ BODIES = [
     """m = x > 0
         m |= y > 1
         return x.masked_fill(m, -1.0)""",
+    # a loop over a traced size sends the capture to torch.export, where ``&`` and ``|`` are
+    # ATen's ``__and__`` and ``__or__``
+    """acc = x[:, 0]
+        for t in range(1, x.shape[1]):
+            acc = acc + x[:, t]
+        m = ((x > 0) & (y > 0)) | (y < -1)
+        return x.masked_fill(~m, 0.0) + acc[:, None]""",
 ]
 
 

@@ -320,7 +320,7 @@ def _variant(
         return filled, plain | ({"fill_value": bound["fill_value"]} if filled == "full" else {}), attrs
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
-    name = op.removeprefix("bitwise_").removesuffix("_")
+    name = op.removeprefix("bitwise_").strip("_")  # and_, __and__ (ATen), __iand__
     if name in _LOGICAL and len(call_args) == 2 and all(
         isinstance(v, Ref) and ir.dtypes.get(v) == "bool" for v in call_args
     ):
