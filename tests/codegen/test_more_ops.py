@@ -6,7 +6,7 @@ logical and comparison ops, floor division) and calls decomposed into registry o
 ``reflect``, ``replicate`` and ``circular`` modes, and the losses ``hinge_embedding``,
 ``margin_ranking``, ``poisson_nll``, ``cosine_embedding`` and label-smoothed cross entropy; ``torch.linalg.norm``, ``take_along_dim``,
 ``channel_shuffle``, ``trapezoid``, ``rot90``, ``one_hot`` and ``cross``; reductions over
-non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, the values of ``cummax``/``cummin``, ``tensordot``, ``embedding_bag``,
+non-adjacent dims (a hand-written batch norm's statistics over N, H and W); ``logcumsumexp``, ``cummax``/``cummin`` and their indices, ``tensordot``, ``embedding_bag``,
 ``local_response_norm``, ``lp_pool``, ``bucketize``/``searchsorted`` (one sorted row, or one a row), ``histc``, ``masked_scatter``, ``cdist``, ``rrelu`` and the other dropouts
 outside training; casts with ``.to(dtype)``; sums of masks and of int64 tensors; ``nansum``, ``dist``, ``matrix_norm`` (Frobenius, 1 and infinity), ``linalg.cross``, ``addr``,
 ``multi_dot``/``chain_matmul``, ``block_diag``, ``atleast_nd`` and factories too large to
@@ -110,6 +110,9 @@ EXPRS = [
     "torch.atleast_2d(y[0, 0, 0]) + torch.atleast_3d(y[0, 0, 1]).sum(-1) + torch.atleast_1d(y[0, 0, 0, 0])",  # noqa: E501
     "torch.logcumsumexp(y, dim=-1) + torch.logcumsumexp(x, dim=1)",  # warp and thread scans
     "torch.cummax(y, dim=-1)[0] + torch.cummin(x, dim=1)[0] * 0.5",
+    # where the running extreme is: ties (rounded values) to the later, NaN (log of a negative)
+    # kept; a warp a line along the last dim, a thread a line along dim 1
+    "torch.cummax(torch.log(y), dim=-1)[1] + torch.cummin(x.round(), dim=1)[1] * 10 + y.round().cummax(-1)[1] * 100",  # noqa: E501
     "F.rrelu(y) + F.alpha_dropout(y, 0.3) + F.dropout2d(y, 0.3, training=False)",
     "F.lp_pool2d(y, 2, 2) + F.lp_pool2d(y.abs(), 3.0, (2, 2), stride=2)",  # odd p: NaN below 0
     "F.lp_pool1d(y.flatten(2), 2, 3, stride=2)",

@@ -350,8 +350,9 @@ def _variant(
             # parent's call and its element (the parent itself is then dead)
             attrs["torch_call"] = (parent.call, list(parent.call_args), dict(parent.call_kwargs))
             attrs["tuple_element"] = bound["index"]
-        if parent is not None and parent.op in ("cummax", "cummin") and bound.get("index") == 0:
-            return f"{parent.op}_values", dict(parent.args), attrs  # a scan; indices stay
+        if parent is not None and parent.op in ("cummax", "cummin") and bound.get("index") in (0, 1):
+            element = "values" if bound["index"] == 0 else "indices"
+            return f"{parent.op}_{element}", dict(parent.args), attrs  # a scan each
         pooled = parent.op.removesuffix("_with_indices") if parent is not None else ""
         pool = lookup(pooled) if pooled in ("max_pool1d", "max_pool2d", "max_pool3d") else None
         if pool is not None and bound.get("index") in (0, 1):  # the values or the indices

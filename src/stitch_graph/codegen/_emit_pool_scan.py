@@ -229,6 +229,15 @@ _SCANS = {
     "cummax_values": ("-SG_INF", "sg_max({a}, {b})"),  # a NaN, once seen, stays
     "cummin_values": ("SG_INF", "sg_min({a}, {b})"),
 }
+# cummax/cummin's indices: the running extreme and where it is; the later of two wins on a tie
+# and where it is NaN, and a NaN, once seen, stays (PyTorch's order)
+_INDEXED_SCANS = {"cummax_indices": ("-SG_INF", ">="), "cummin_indices": ("SG_INF", "<=")}
+
+
+def _later_wins(op: str, later: str, earlier: str) -> str:
+    """Whether the later of two running extremes (values ``later``, ``earlier``) is kept."""
+    cmp = _INDEXED_SCANS[op][1]
+    return f"({later} != {later} || ({earlier} == {earlier} && {later} {cmp} {earlier}))"
 
 
 class _PoolScanEmitter(_SortEmitter):
@@ -574,6 +583,8 @@ class _PoolScanEmitter(_SortEmitter):
             return self.sort_lines(g, kernel, tun)
         if node.op in ("topk_values", "topk_indices"):
             return self.top_lines(g, kernel, tun)
+        if node.op in _INDEXED_SCANS:
+            return self._indexed_scan(g, kernel, tun)
         x: Ref = node.args["input"]
         xs = ir.shapes[x]
         dim = int(node.args["dim"]) % max(len(xs), 1)
@@ -652,6 +663,90 @@ class _PoolScanEmitter(_SortEmitter):
             f"        const {run_t} v_{node.name} = run;",
             *(f"        {line}" for line in post),
             f"        out[i] = {result};",
+            "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(lines_n / warps), _MAX_GRID))
+        return self._add_kernel(src, kernel, grid, block, args, out)
+
+    def _indexed_scan(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+        """The indices of ``cummax``/``cummin``: each element's running extreme carried with
+        its position. Contiguous lines take a warp a line (a shuffle scan of the pairs plus a
+        carry), others a thread a line."""
+        ir = self.ir
+        node = ir.node(g.anchor or "")
+        x: Ref = node.args["input"]
+        xs = ir.shapes[x]
+        dim = int(node.args["dim"]) % max(len(xs), 1)
+        length, inner, lines_n, base = _line_layout(xs, dim)
+        out = ir.node(g.output)
+        index = "long long" if numel(xs) >= 2**31 else "int"
+        ident = _INDEXED_SCANS[node.op][0]
+        args = _Args(ir)
+        env: dict[str, str] = {}
+        pre = self.exprs(g.prologue, xs, "i", env, args)
+        value = self.value_of(x, xs, "i", env, args)
+        env_out = {**env, node.name: f"v_{node.name}"}
+        post = self.exprs(g.epilogue, xs, "i", env_out, args)
+        store = [f"const long long v_{node.name} = at;", *post, f"out[i] = {env_out[out.name]};"]
+        otype = _CTYPE.get(out.dtype, "long long")
+        block = min(tun.block_size, 1024)
+        head = (f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+                f"{args.signature([f'{otype}* __restrict__ out'])}) {{")
+        if inner != 1 or tun.rows_per_block == 1 or length == 1:
+            src = [
+                f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",
+                head,
+                f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
+                f"r += ({index})gridDim.x * {block}) {{",
+                f"    const {index} b = {base};",
+                f"    float run = {ident};",
+                "    long long at = 0;",
+                f"    for ({index} k = 0; k < {length}; ++k) {{",
+                f"      const {index} i = b + k * {inner};",
+                *(f"      {line}" for line in pre),
+                f"      const float v = {value};",
+                f"      if ({_later_wins(node.op, 'v', 'run')}) {{ run = v; at = k; }}",
+                *(f"      {line}" for line in store),
+                "    }",
+                "  }",
+                "}",
+            ]
+            grid = max(1, min(math.ceil(lines_n / block), _MAX_GRID))
+            return self._add_kernel(src, kernel, grid, block, args, out)
+        warps = block // 32
+        src = [
+            f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
+            "32 elements a step, shuffle scan of (extreme, position) plus carry",
+            head,
+            "  const int lane = threadIdx.x & 31;",
+            f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
+            f"r += ({index})gridDim.x * {warps}) {{",
+            f"    const {index} b = {base};",
+            f"    float carry = {ident};",
+            "    long long carry_at = 0;",
+            f"    for ({index} k0 = 0; k0 < {length}; k0 += 32) {{",
+            f"      const {index} k = k0 + lane;",
+            f"      const {index} i = b + (k < {length} ? k : 0);",
+            f"      float run = {ident};",
+            "      long long at = k;",
+            f"      if (k < {length}) {{",
+            *(f"        {line}" for line in pre),
+            f"        run = {value};",
+            "      }",
+            "#pragma unroll",
+            "      for (int o = 1; o < 32; o <<= 1) {",
+            "        const float y = __shfl_up_sync(SG_FULL, run, o);",
+            "        const long long y_at = __shfl_up_sync(SG_FULL, at, o);",
+            f"        if (lane >= o && !{_later_wins(node.op, 'run', 'y')}) {{ run = y; at = y_at; }}",
+            "      }",
+            f"      if (!{_later_wins(node.op, 'run', 'carry')}) {{ run = carry; at = carry_at; }}",
+            "      carry = __shfl_sync(SG_FULL, run, 31);",
+            "      carry_at = __shfl_sync(SG_FULL, at, 31);",
+            f"      if (k < {length}) {{",
+            *(f"        {line}" for line in store),
             "      }",
             "    }",
             "  }",

@@ -395,8 +395,10 @@ _op("sort_values", SCAN, "input, dim=-1, descending=False", flops=20, note="sort
 _op("sort_indices", SCAN, "input, dim=-1, descending=False", flops=20, note="sort(...)[1], argsort: the bitonic sort of positions riding in each key's low bits (ties keep their order)")  # noqa: E501
 _op("topk_values", SCAN, "input, k, dim=-1, largest=True", flops=10, note="topk(...)[0] of lines too long to sort in a block: radix select of the k-th key, the k sorted in shared memory")  # noqa: E501
 _op("topk_indices", SCAN, "input, k, dim=-1, largest=True", flops=10, note="topk(...)[1] the same way, positions riding in the keys' low bits (ties to the first position)")  # noqa: E501
-_op("cummax", UNSUPPORTED, "input, dim", note="values as cummax_values; indices stay in PyTorch")  # noqa: E501
-_op("cummin", UNSUPPORTED, "input, dim", note="values as cummin_values; indices stay in PyTorch")  # noqa: E501
+_op("cummax_indices", SCAN, "input, dim", flops=2, note="cummax(...)[1]: where the running maximum is (the later on a tie)")  # noqa: E501
+_op("cummin_indices", SCAN, "input, dim", flops=2, note="cummin(...)[1]: where the running minimum is (the later on a tie)")  # noqa: E501
+_op("cummax", UNSUPPORTED, "input, dim", note="the pair itself; each element is cummax_values or cummax_indices")  # noqa: E501
+_op("cummin", UNSUPPORTED, "input, dim", note="the pair itself; each element is cummin_values or cummin_indices")  # noqa: E501
 # ---- scatters: the input copied, then a thread per source element writes where its index says
 _op("scatter_add", SCATTER, "input, dim, index, src", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501
 _op("index_add", SCATTER, "input, dim, index, source, alpha=1", flops=1, note="atomicAdd into a copy of the input")  # noqa: E501

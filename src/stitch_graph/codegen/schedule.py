@@ -304,7 +304,8 @@ def _node_kind(ir: ProgramIR, node: OpNode) -> tuple[str, str]:
         return ("pool", "") if not reason else ("unsupported", f"unsupported: {node.op} ({reason})")
     if info.kind == "scan":
         src = node.args.get("input")
-        out_dtype = "int64" if node.op in ("sort_indices", "topk_indices") else "float32"
+        indexed = ("sort_indices", "topk_indices", "cummax_indices", "cummin_indices")
+        out_dtype = "int64" if node.op in indexed else "float32"
         if node.op in ("cumsum", "cumprod") and node.dtype in ("float32", "int64"):
             out_dtype, ins = node.dtype, ("float32", "int64", "int32", "bool")  # position ids
         else:
