@@ -114,6 +114,8 @@ CASES: dict[str, tuple[str, Tuning | None]] = {
     "global_max_pool3d": (_problem("self.p(x)", f"{R}(2, 3, 4, 5, 6)", "self.p = nn.AdaptiveMaxPool3d((1, 1, 1))"), None),  # noqa: E501
     # ---- scans
     "cumsum_warp_per_line": (_problem("torch.cumsum(x, dim=1)", f"{R}(3, 70)"), None),
+    "cumsum_warp_32_a_step": (_problem("torch.cumsum(x, dim=1)", f"{R}(3, 70)"), Tuning(default=KernelTuning(vector_width=1))),  # noqa: E501
+    "logcumsumexp_cummax_warp_runs": (_problem("torch.logcumsumexp(x, dim=-1) + torch.cummax(x * 3.0, dim=-1)[0]", f"{R}(5, 300)"), None),  # noqa: E501
     "cumsum_thread_per_line": (_problem("torch.cumsum(x, dim=1)", f"{R}(3, 70)"), THREAD),
     "cumsum_inner_dim": (_problem("torch.cumsum(x, dim=1)", f"{R}(4, 37, 40)"), None),
     # few long strided lines: each cut into chunks, the chunks' totals combined (4 and 3)
@@ -235,6 +237,15 @@ def test_few_long_lines_are_scanned_in_chunks(name: str, chunks: int) -> None:
     kernels = _generate(source, tuning)[1].kernel_source
     assert (f"{chunks} chunks a line" in kernels) == bool(chunks)
     assert ("chunks a line" in kernels) == bool(chunks)
+
+
+@pytest.mark.parametrize(("name", "step"), [
+    ("cumsum_warp_per_line", "four runs of 32"), ("logcumsumexp_cummax_warp_runs", "four runs of 32"),
+    ("cumsum_warp_32_a_step", "32 elements a step"),
+])
+def test_a_warp_scans_a_line_in_runs_of_32(name: str, step: str) -> None:
+    source, tuning = CASES[name]
+    assert step in _generate(source, tuning)[1].kernel_source
 
 
 def test_conv_scratch_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -634,6 +634,9 @@ class _PoolScanEmitter(_SortEmitter):
             grid = max(1, min(math.ceil(lines_n / block), _MAX_GRID))
             return self._add_kernel(src, kernel, grid, block, args, out)
         warps = block // 32
+        if tun.vector_width >= 4 and length > 32:
+            return self._warp_scan4(node, kernel, (length, lines_n, base), (pre, post),
+                                    (value, result, index, run_t, otype), args, out, block)
         src = [
             f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
             "32 elements a step, shuffle scan plus carry",
@@ -664,6 +667,70 @@ class _PoolScanEmitter(_SortEmitter):
             *(f"        {line}" for line in post),
             f"        out[i] = {result};",
             "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+        grid = max(1, min(math.ceil(lines_n / warps), _MAX_GRID))
+        return self._add_kernel(src, kernel, grid, block, args, out)
+
+    def _warp_scan4(
+        self, node: Any, kernel: str, layout: tuple[int, str, str], code: tuple[list[str], list[str]],
+        spelled: tuple[str, str, str, str, str], args: Any, out: Any, block: int,
+    ) -> list[str]:
+        """A warp a contiguous line, 128 elements a step as four coalesced runs of 32: the four
+        shuffle scans interleave, then each run starts from the carry and the runs before it.
+        Steps of 32 (``vector_width`` 1) keep one load a lane in flight, each waiting on the
+        shuffle chain before it: too few bytes in flight to fill the memory bus."""
+        length, lines_n, base = layout
+        pre, post = code
+        value, result, index, run_t, otype = spelled
+        ident, combine = _SCANS[node.op]
+        warps = block // 32
+
+        def each(body: list[str]) -> list[str]:
+            return ["#pragma unroll", "      for (int e = 0; e < 4; ++e) {",
+                    f"        const {index} k = k0 + e * 32 + lane;",
+                    *(f"        {line}" for line in body), "      }"]
+
+        src = [
+            f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
+            "128 elements a step as four runs of 32, shuffle scans plus carry",
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+            "  const int lane = threadIdx.x & 31;",
+            f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
+            f"r += ({index})gridDim.x * {warps}) {{",
+            f"    const {index} b = {base};",
+            f"    {run_t} carry = {ident};",
+            f"    for ({index} k0 = 0; k0 < {length}; k0 += 128) {{",
+            f"      {run_t} run[4];",
+            *each([
+                f"run[e] = {ident};",
+                f"if (k < {length}) {{",
+                f"  const {index} i = b + k;",
+                *(f"  {line}" for line in pre),
+                f"  run[e] = {value};",
+                "}",
+            ]),
+            "#pragma unroll",
+            "      for (int o = 1; o < 32; o <<= 1) {",
+            "#pragma unroll",
+            "        for (int e = 0; e < 4; ++e) {",
+            f"          const {run_t} y = __shfl_up_sync(SG_FULL, run[e], o);",
+            f"          if (lane >= o) run[e] = {combine.format(a='y', b='run[e]')};",
+            "        }",
+            "      }",
+            *each([
+                f"const {run_t} total = __shfl_sync(SG_FULL, run[e], 31);",
+                f"if (k < {length}) {{",
+                f"  const {index} i = b + k;",
+                f"  const {run_t} v_{node.name} = {combine.format(a='carry', b='run[e]')};",
+                *(f"  {line}" for line in post),
+                f"  out[i] = {result};",
+                "}",
+                f"carry = {combine.format(a='carry', b='total')};",
+            ]),
             "    }",
             "  }",
             "}",

@@ -110,6 +110,7 @@ SPACES: dict[str, list[dict[str, Any]]] = {
         {"split_reduction": True},
         *({"block_size": b} for b in _BLOCKS),
         {"rows_per_block": 1},
+        {"vector_width": 1},  # a warp a line: 32 elements a step rather than 128
     ],
     # fused attention against the three kernels it replaces (GEMM, softmax, GEMM), then the
     # queries a block of the fused kernel (more blocks where the batch and sequence are short)
