@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from stitch_graph.checks import check_candidate
 from stitch_graph.codegen import (
@@ -37,7 +38,7 @@ from stitch_graph.codegen import emit as emit_mod
 from stitch_graph.codegen._cuda import PRELUDE
 from stitch_graph.task import load_task
 from stitch_graph.toolchain.nvcc import find_nvcc, nvcc_compile
-from tests.codegen.cpu_emulation import check_on_cpu
+from tests.codegen.cpu_emulation import check_on_cpu, load_on_cpu
 
 _TEMPLATE = """
 import math
@@ -246,6 +247,20 @@ def test_few_long_lines_are_scanned_in_chunks(name: str, chunks: int) -> None:
 def test_a_warp_scans_a_line_in_runs_of_32(name: str, step: str) -> None:
     source, tuning = CASES[name]
     assert step in _generate(source, tuning)[1].kernel_source
+
+
+def test_a_long_cumsum_carries_in_double(tmp_path: Path) -> None:
+    """20000 positive terms a line: the float32 carry of 625 steps drifts by many of the
+    output's ulps; the double carry stays within one of the float64 sum."""
+    source = _problem("torch.cumsum(x, dim=1)", "torch.rand(2, 20000)")
+    task, cand = _generate(source)
+    assert "double carry" in cand.kernel_source
+    _, host, _ = load_on_cpu(task, cand, tmp_path, cooperative=True)
+    x = torch.rand(2, 20000)
+    got = host["ModelNew"]()(x)
+    exact = torch.cumsum(x.double(), dim=1)
+    ulp = torch.finfo(torch.float32).eps * exact.abs().max().item()
+    assert (got.double() - exact).abs().max().item() <= ulp
 
 
 def test_conv_scratch_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -687,6 +687,8 @@ class _PoolScanEmitter(_SortEmitter):
         value, result, index, run_t, otype = spelled
         ident, combine = _SCANS[node.op]
         warps = block // 32
+        # a float sum's carry in double: its rounding no longer grows with the line
+        carry_t = "double" if node.op == "cumsum" and run_t == "float" else run_t
 
         def each(body: list[str]) -> list[str]:
             return ["#pragma unroll", "      for (int e = 0; e < 4; ++e) {",
@@ -695,14 +697,15 @@ class _PoolScanEmitter(_SortEmitter):
 
         src = [
             f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
-            "128 elements a step as four runs of 32, shuffle scans plus carry",
+            "128 elements a step as four runs of 32, shuffle scans plus "
+            f"{'a double ' if carry_t == 'double' else ''}carry",
             f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
             f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
             "  const int lane = threadIdx.x & 31;",
             f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
             f"r += ({index})gridDim.x * {warps}) {{",
             f"    const {index} b = {base};",
-            f"    {run_t} carry = {ident};",
+            f"    {carry_t} carry = {ident};",
             f"    for ({index} k0 = 0; k0 < {length}; k0 += 128) {{",
             f"      {run_t} run[4];",
             *each([
@@ -725,7 +728,7 @@ class _PoolScanEmitter(_SortEmitter):
                 f"const {run_t} total = __shfl_sync(SG_FULL, run[e], 31);",
                 f"if (k < {length}) {{",
                 f"  const {index} i = b + k;",
-                f"  const {run_t} v_{node.name} = {combine.format(a='carry', b='run[e]')};",
+                f"  const {run_t} v_{node.name} = ({run_t}){combine.format(a='carry', b='run[e]')};",
                 *(f"  {line}" for line in post),
                 f"  out[i] = {result};",
                 "}",
