@@ -92,3 +92,12 @@ def test_exported_index_factories_are_baked(tmp_path: Path) -> None:
     task, program = generate_checked(_PROBLEM.format(body=body))
     assert not program.declared_torch_ops, program.declared_torch_ops
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+def test_views_left_to_pytorch_are_written_as_subscripts(tmp_path: Path) -> None:
+    body = """d = (x[:, 1:, ::2] - x[:, :-1, ::2]).abs().mean() + (x[..., 1:] - x[..., :-1]).abs().mean()
+        return x[1:3] * d"""
+    task, program = generate_checked(_PROBLEM.format(body=body))
+    assert "operator" not in program.host_source
+    assert "x[:, 1:, ::2]" in program.host_source and "x[..., 1:]" in program.host_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)

@@ -254,10 +254,27 @@ def _torch_line(node: OpNode) -> str:
     else:
         target = node.call
         rest = ", ".join(args + kwargs)
+    if node.call == "operator.getitem" and len(node.call_args) == 2 and not kwargs:
+        return f"{node.name} = {args[0]}[{_subscript(node.call_args[1])}]"
     imports = "import operator; " if node.call.startswith("operator.") else ""
     element = node.attrs.get("tuple_element")
     picked = "" if element is None else f"[{element}]"
     return f"{imports}{node.name} = {target}({rest}){picked}"
+
+
+def _subscript(index: Any) -> str:
+    """An index as written between brackets: ``x[:, 1:, ::2]`` rather than
+    ``operator.getitem(x, (slice(None, None, None), ...))``."""
+
+    def part(value: Any) -> str:
+        if not isinstance(value, slice):
+            return "..." if value is Ellipsis else _render(value)
+        bounds = ["" if v is None else _render(v) for v in (value.start, value.stop)]
+        return ":".join(bounds) + ("" if value.step is None else f":{_render(value.step)}")
+
+    if isinstance(index, tuple) and index:
+        return ", ".join(part(v) for v in index) + ("," if len(index) == 1 else "")
+    return part(index)
 
 
 def _dense_element_of_torch_tuple(ir: ProgramIR, node: OpNode, covered: dict[str, str]) -> bool:
