@@ -240,6 +240,31 @@ def _later_wins(op: str, later: str, earlier: str) -> str:
     return f"({later} != {later} || ({earlier} == {earlier} && {later} {cmp} {earlier}))"
 
 
+def _thread_per_line(
+    comment: str, kernel: str, spelled: tuple[str, int, Any, str],
+    layout: tuple[int, int, int, str], state: list[str], step: list[str],
+) -> list[str]:
+    """A scan kernel with a thread a line: ``state`` declared at the line's start, ``step``
+    run at each element ``k`` (offset ``i``) in order."""
+    index, block, args, otype = spelled
+    length, inner, lines_n, base = layout
+    return [
+        comment,
+        f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+        f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
+        f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
+        f"r += ({index})gridDim.x * {block}) {{",
+        f"    const {index} b = {base};",
+        *(f"    {line}" for line in state),
+        f"    for ({index} k = 0; k < {length}; ++k) {{",
+        f"      const {index} i = b + k * {inner};",
+        *(f"      {line}" for line in step),
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
 class _PoolScanEmitter(_SortEmitter):
     """Pooling (``pool``) and scan (``scan``) kernels; sorts are scans of their own."""
 
@@ -612,25 +637,13 @@ class _PoolScanEmitter(_SortEmitter):
                 (value, result, index, run_t, otype), args, out,
             )
         if not warp:
-            src = [
+            src = _thread_per_line(
                 f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",
-                f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-                f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
-                f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
-                f"r += ({index})gridDim.x * {block}) {{",
-                f"    const {index} b = {base};",
-                f"    {run_t} run = {ident};",
-                f"    for ({index} k = 0; k < {length}; ++k) {{",
-                f"      const {index} i = b + k * {inner};",
-                *(f"      {line}" for line in pre),
-                f"      run = {combine.format(a='run', b=value)};",
-                f"      const {run_t} v_{node.name} = run;",
-                *(f"      {line}" for line in post),
-                f"      out[i] = {result};",
-                "    }",
-                "  }",
-                "}",
-            ]
+                kernel, (index, block, args, otype), (length, inner, lines_n, base),
+                [f"{run_t} run = {ident};"],
+                [*pre, f"run = {combine.format(a='run', b=value)};",
+                 f"const {run_t} v_{node.name} = run;", *post, f"out[i] = {result};"],
+            )
             grid = max(1, min(math.ceil(lines_n / block), _MAX_GRID))
             return self._add_kernel(src, kernel, grid, block, args, out)
         warps = block // 32
@@ -763,34 +776,22 @@ class _PoolScanEmitter(_SortEmitter):
         store = [f"const long long v_{node.name} = at;", *post, f"out[i] = {env_out[out.name]};"]
         otype = _CTYPE.get(out.dtype, "long long")
         block = min(tun.block_size, 1024)
-        head = (f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
-                f"{args.signature([f'{otype}* __restrict__ out'])}) {{")
         if inner != 1 or tun.rows_per_block == 1 or length == 1:
-            src = [
+            src = _thread_per_line(
                 f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",
-                head,
-                f"  for ({index} r = ({index})blockIdx.x * {block} + threadIdx.x; r < {lines_n}; "
-                f"r += ({index})gridDim.x * {block}) {{",
-                f"    const {index} b = {base};",
-                f"    float run = {ident};",
-                "    long long at = 0;",
-                f"    for ({index} k = 0; k < {length}; ++k) {{",
-                f"      const {index} i = b + k * {inner};",
-                *(f"      {line}" for line in pre),
-                f"      const float v = {value};",
-                f"      if ({_later_wins(node.op, 'v', 'run')}) {{ run = v; at = k; }}",
-                *(f"      {line}" for line in store),
-                "    }",
-                "  }",
-                "}",
-            ]
+                kernel, (index, block, args, otype), (length, inner, lines_n, base),
+                [f"float run = {ident};", "long long at = 0;"],
+                [*pre, f"const float v = {value};",
+                 f"if ({_later_wins(node.op, 'v', 'run')}) {{ run = v; at = k; }}", *store],
+            )
             grid = max(1, min(math.ceil(lines_n / block), _MAX_GRID))
             return self._add_kernel(src, kernel, grid, block, args, out)
         warps = block // 32
         src = [
             f"// {node.op} along {length} element(s) of {lines_n} line(s), warp per line: "
             "32 elements a step, shuffle scan of (extreme, position) plus carry",
-            head,
+            f'extern "C" __global__ __launch_bounds__({block}) void {kernel}('
+            f"{args.signature([f'{otype}* __restrict__ out'])}) {{",
             "  const int lane = threadIdx.x & 31;",
             f"  for ({index} r = ({index})blockIdx.x * {warps} + (threadIdx.x >> 5); r < {lines_n}; "
             f"r += ({index})gridDim.x * {warps}) {{",
