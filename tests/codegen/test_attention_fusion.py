@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from stitch_graph.codegen._emit_attention import _tiles
+from stitch_graph.codegen.tuning import KernelTuning
 from tests.codegen.cpu_emulation import check_on_cpu, generate_checked
 
 _FUNCTIONAL = """
@@ -256,3 +258,13 @@ def test_an_attention_written_into_a_concatenation(tmp_path: Path) -> None:
     assert not program.declared_torch_ops
     assert "__syncthreads_or" in program.kernel_source
     check_on_cpu(task, program, tmp_path, cooperative=True)
+
+
+@pytest.mark.parametrize(("head", "lq", "entries", "rows"), [
+    (80, 200, 20, 64),  # 80 blocks, one wave: the most rows (fewest rows idle gave 16, one warp)
+    (64, 197, 768, 64),  # many waves: 4 x (64 + 32) rows of work against 7 x (32 + 32)
+    (64, 17, 4000, 32),  # one block of 32 computes 17 rows with 15 idle; one of 64, 47 idle
+    (128, 1024, 128, 32),  # 64 rows of 128 do not fit beside their tiles
+])
+def test_queries_a_block_by_default(head: int, lq: int, entries: int, rows: int) -> None:
+    assert _tiles(head, head, lq, entries, KernelTuning())[0] == rows

@@ -540,3 +540,41 @@ def test_the_tuning_jobs_budget_covers_its_set_up(softmax_program, tmp_path, mon
     out = tuner.run_tuning_job(payload, tmp_path)
     assert 1.0 < given["budget_s"] <= 1.7
     assert 1.3 <= out["report"]["seconds"] < 2.0
+
+
+_ATTENTION_BLOCK = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(256, 768)
+        self.proj = nn.Linear(256, 256)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 4, 64).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+def get_inputs():
+    return [torch.randn(4, 200, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_fused_attention_is_tuned_before_its_projections():
+    """The roofline ranks the attention below the GEMMs around it; a budget that ends early
+    has still timed the fused kernel, not a GEMM's algorithms."""
+    task, ir, plan, cost = _planned(_ATTENTION_BLOCK)
+    _, cut = autotune(ir, plan, task, ScriptedTimer({}), budget_s=9.0, clock=Clock(step=1.0))
+    first = next(c for c in cut.choices if c.item != "program")  # graph replay may go first
+    assert first.kind == "attention"
+    assert cost[first.item] < max(cost.values())  # the heaviest by the roofline is a GEMM

@@ -37,6 +37,8 @@ _KEYS = 32  # keys a tile
 _LANES = _KEYS // 4  # threads sharing a query row
 _LD_P = _KEYS + 4  # row pitch of the probability tile
 _SHARED_FLOATS = 12 * 1024  # 48 KB of static shared memory
+_BLOCKS_AN_SM = 4  # blocks of 64 rows (128 threads of 128 registers) an SM holds
+_TILE_LOADS = 32  # a block's key and value tile loads, in rows of work
 
 
 def _pad4(n: int) -> int:
@@ -49,10 +51,12 @@ def _tiles(
     """Query rows a block, the row pitches of the q, k, v and probability tiles, the v
     columns the lanes cover, and whether k and v have a tile each (loaded together, two
     barriers a key tile) or share one (four barriers; where two do not fit in shared memory).
-    The rows are the tuning's ``rows_per_block`` where they fit, else, of the counts that fit,
-    the one that leaves the fewest rows idle in the last block of a sequence (65 queries: 16,
-    not 64 and 63 idle), the larger on a tie unless the blocks (``blocks`` batch entries times
-    the sequence's tiles) are too few to give every SM two."""
+    The rows are the tuning's ``rows_per_block`` where they fit. Else the most that fit, where
+    their blocks (``blocks`` batch entries times the sequence's tiles) run in one wave: a
+    thread's share of each key tile's loads shrinks with more rows while its arithmetic stays
+    the same, and a block of 16 rows is one warp waiting on its loads. Over more waves, the
+    count with the least work: the rows computed (idle ones in a sequence's last block
+    included), each block's key tiles counted as ``_TILE_LOADS`` more rows."""
     cols = math.ceil(dv / (4 * _LANES)) * 4 * _LANES  # v columns the lanes cover, 4 each
     ld_q, ld_k, ld_v = _pad4(head) + 4, _pad4(head) + 4, cols + 4
 
@@ -69,15 +73,12 @@ def _tiles(
     if not fits:
         msg = f"attention rows of {head} and {dv} do not fit 16 queries in shared memory"
         raise EmitError(msg)
-    if tun.rows_per_block not in fits:
-
-        def cost(rows: int) -> tuple[int, int]:
-            few = blocks * math.ceil(lq / rows) < 2 * _SMS
-            return math.ceil(lq / rows) * rows, rows if few else -rows
-
-        rows = min(fits, key=cost)
-    else:
+    if tun.rows_per_block in fits:
         rows = tun.rows_per_block
+    elif blocks * math.ceil(lq / fits[0]) <= _SMS * _BLOCKS_AN_SM:
+        rows = fits[0]
+    else:
+        rows = min(fits, key=lambda r: (math.ceil(lq / r) * (r + _TILE_LOADS), -r))
     if split(rows):
         return rows, ld_q, ld_k, ld_v, cols, True
     return rows, ld_q, max(ld_k, ld_v), max(ld_k, ld_v), cols, False

@@ -181,13 +181,19 @@ def autotune(
     classes: dict[tuple[str, str], list[str]] = {}
     for entry in plan.items:
         classes.setdefault((kinds[entry.id], signature.get(entry.id, entry.id)), []).append(entry.id)
-    # library anchors first, then the heaviest classes (roofline estimate), so a budget cut
-    # leaves the light ones: which engine, or the library against the generated path, moved
-    # KernelBench L2 rows by up to 2x, where block sizes moved them by a few percent, and a
-    # roofline misjudges cuDNN's transposed 3-D convolutions by ten times and more
+    # fused attention first, then library anchors, then the heaviest classes (roofline
+    # estimate), so a budget cut leaves the light ones: which engine, or the library against
+    # the generated path, moved KernelBench L2 rows by up to 2x, where block sizes moved them
+    # by a few percent, and a roofline misjudges cuDNN's transposed 3-D convolutions by ten
+    # times and more. The roofline ranks an attention below its projections' GEMMs, and two
+    # unseen attention blocks (H100) spent a 1.5 s budget on those before reaching it
     order = sorted(
         classes.items(),
-        key=lambda c: (c[0][0] not in _LIBRARY_KINDS, -sum(cost.get(i, 0.0) for i in c[1])),
+        key=lambda c: (
+            c[0][0] != "attention",
+            c[0][0] not in _LIBRARY_KINDS,
+            -sum(cost.get(i, 0.0) for i in c[1]),
+        ),
     )
     program = (("cuda_graph", ""), [_PROGRAM])
     # graph replay first only where launches weigh: on a compute-bound program one more build
