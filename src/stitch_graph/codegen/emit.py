@@ -254,7 +254,9 @@ def _torch_line(node: OpNode) -> str:
     else:
         target = node.call
         rest = ", ".join(args + kwargs)
-    if node.call == "operator.getitem" and len(node.call_args) == 2 and not kwargs:
+    if node.call == "operator.getitem" and len(node.call_args) == 2 and not kwargs and _basic(
+        node.call_args[1]
+    ):
         return f"{node.name} = {args[0]}[{_subscript(node.call_args[1])}]"
     imports = "import operator; " if node.call.startswith("operator.") else ""
     element = node.attrs.get("tuple_element")
@@ -262,8 +264,15 @@ def _torch_line(node: OpNode) -> str:
     return f"{imports}{node.name} = {target}({rest}){picked}"
 
 
+def _basic(index: Any) -> bool:
+    """Whether an index is a view's (ints, slices, ``None``, ``...``): lists and tensors
+    gather a copy, which PyTorch's own call spells out."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, int | slice) for p in parts)
+
+
 def _subscript(index: Any) -> str:
-    """An index as written between brackets: ``x[:, 1:, ::2]`` rather than
+    """A view's index as written between brackets: ``x[:, 1:, ::2]`` rather than
     ``operator.getitem(x, (slice(None, None, None), ...))``."""
 
     def part(value: Any) -> str:
