@@ -90,8 +90,8 @@ def test_staged_pooling_matches_pytorch(case: str, staged: bool, tmp_path: Path)
 
 
 # windows sliding by one along rows of whole float4s: a thread per four outputs, their span
-# loaded once (float4s inside the row, scalar loads at its ends and when misaligned), a warp's
-# results stored through shared memory by consecutive lanes
+# loaded once (float4s inside the row, scalar loads at its ends and when misaligned); over 1-D
+# windows a warp's results are stored through shared memory by consecutive lanes
 SLIDING = {
     "max1d_dilated_padded": ("F.max_pool1d(x, 8, 1, padding=4, dilation=3)", "2, 3, 64"),
     "avg1d_padded": ("F.avg_pool1d(x, 8, 1, padding=4) * 2", "2, 3, 64"),
@@ -108,6 +108,7 @@ def test_sliding_windows_match_pytorch(case: str, tmp_path: Path) -> None:
     call, shape = SLIDING[case]
     task, program = generate_checked(_PROBLEM.format(call=call, shape=shape))
     assert "windows sliding by one" in program.kernel_source
+    assert ("staged in shared memory" in program.kernel_source) == ("1d" in case)
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
