@@ -492,7 +492,7 @@ class _PoolScanEmitter(_SortEmitter):
             *post,
             f"st[lane * 4 + q] = {env[out.name]};" if staged else f"out[i] = {env[out.name]};",
         ]
-        folded = [  # the thread's four outputs, staged
+        folded = [  # the thread's four outputs (staged over 1-D windows)
             f"const {it} row = t / {quads};",
             f"const int o = (int)(t % {quads}) * 4;",
             f"const int u0 = o - {pad + shift};",
