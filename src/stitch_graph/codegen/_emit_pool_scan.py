@@ -627,8 +627,6 @@ class _PoolScanEmitter(_SortEmitter):
             return self.sort_lines(g, kernel, tun)
         if node.op in ("topk_values", "topk_indices"):
             return self.top_lines(g, kernel, tun)
-        if node.op in _INDEXED_SCANS:
-            return self._indexed_scan(g, kernel, tun)
         x: Ref = node.args["input"]
         xs = ir.shapes[x]
         dim = int(node.args["dim"]) % max(len(xs), 1)
@@ -636,7 +634,6 @@ class _PoolScanEmitter(_SortEmitter):
         out = ir.node(g.output)
         big = numel(xs) >= 2**31
         index = "long long" if big else "int"
-        ident, combine = _SCANS[node.op]
         run_t = _CTYPE.get(node.dtype, "float")  # an int64 sum of ints or bools counts exactly
         args = _Args(ir)
         env: dict[str, str] = {}
@@ -649,6 +646,10 @@ class _PoolScanEmitter(_SortEmitter):
         otype = _CTYPE.get(out.dtype, "float")
         block = min(tun.block_size, 1024)
         warp = inner == 1 and tun.rows_per_block != 1 and length > 1
+        if node.op in _INDEXED_SCANS:
+            return self._indexed_scan(node, kernel, (length, inner, lines_n, base), (pre, post),
+                                      (value, result, index, otype), args, out, block, warp)
+        ident, combine = _SCANS[node.op]
         chunks = _scan_chunks(lines_n, length, tun.split_reduction)
         if not warp and chunks > 1:
             return self._chunked_scan(
@@ -773,29 +774,20 @@ class _PoolScanEmitter(_SortEmitter):
         grid = max(1, min(math.ceil(lines_n / warps), _MAX_GRID))
         return self._add_kernel(src, kernel, grid, block, args, out)
 
-    def _indexed_scan(self, g: Group, kernel: str, tun: KernelTuning) -> list[str]:
+    def _indexed_scan(
+        self, node: Any, kernel: str, layout: tuple[int, int, int, str],
+        code: tuple[list[str], list[str]], spelled: tuple[str, str, str, str], args: Any,
+        out: Any, block: int, warp: bool,
+    ) -> list[str]:
         """The indices of ``cummax``/``cummin``: each element's running extreme carried with
         its position. Contiguous lines take a warp a line (a shuffle scan of the pairs plus a
         carry), others a thread a line."""
-        ir = self.ir
-        node = ir.node(g.anchor or "")
-        x: Ref = node.args["input"]
-        xs = ir.shapes[x]
-        dim = int(node.args["dim"]) % max(len(xs), 1)
-        length, inner, lines_n, base = _line_layout(xs, dim)
-        out = ir.node(g.output)
-        index = "long long" if numel(xs) >= 2**31 else "int"
+        length, inner, lines_n, base = layout
+        pre, post = code
+        value, result, index, otype = spelled
         ident = _INDEXED_SCANS[node.op][0]
-        args = _Args(ir)
-        env: dict[str, str] = {}
-        pre = self.exprs(g.prologue, xs, "i", env, args)
-        value = self.value_of(x, xs, "i", env, args)
-        env_out = {**env, node.name: f"v_{node.name}"}
-        post = self.exprs(g.epilogue, xs, "i", env_out, args)
-        store = [f"const long long v_{node.name} = at;", *post, f"out[i] = {env_out[out.name]};"]
-        otype = _CTYPE.get(out.dtype, "long long")
-        block = min(tun.block_size, 1024)
-        if inner != 1 or tun.rows_per_block == 1 or length == 1:
+        store = [f"const long long v_{node.name} = at;", *post, f"out[i] = {result};"]
+        if not warp:
             src = _thread_per_line(
                 f"// {node.op} along {length} element(s) of {lines_n} line(s), thread per line",
                 kernel, (index, block, args, otype), (length, inner, lines_n, base),
