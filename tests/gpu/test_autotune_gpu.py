@@ -236,3 +236,44 @@ def test_a_program_that_returns_an_input_it_wrote_is_timed_and_tuned(tmp_path) -
                          device=timer.device, toolkit=timer.toolkit)
     assert "failed or was wrong" not in (report.note or "")
     assert report.choices
+
+
+SCALE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_variant_right_on_the_timed_draw_only_is_rejected() -> None:
+    """A variant whose rounding flips a value on another draw (a tuned library engine before a
+    threshold) passes one draw and must not pass the tuner's check."""
+    import torch
+
+    task = load_task(SCALE, name="scale")
+    timer = GpuTimer(task, draws=3)
+    first = timer.inputs[0].clone()
+
+    class Right(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0
+
+    class RightOnFirstDrawOnly(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0 if torch.equal(x, first) else x * 2.0 + 1e-2
+
+    assert timer.agrees(Right())
+    assert not timer.agrees(RightOnFirstDrawOnly())
+    assert GpuTimer(task, draws=1).agrees(RightOnFirstDrawOnly())

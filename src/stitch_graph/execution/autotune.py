@@ -439,12 +439,14 @@ class _Tuner:
 
 
 class GpuTimer:
-    """``measure`` on a GPU: build the program, check it on one draw, time it like a round.
+    """``measure`` on a GPU: build the program, check it on ``draws`` draws, time it like a round.
 
-    The reference is built once (seeded as the Verifier seeds it) and its outputs kept; each
-    program is built with NVRTC, loaded with the reference's weights, compared with the
-    reference's outputs, then timed with CUDA events, L2 flushed and inputs refilled before each
-    run. Anything that raises is a failed program, never the end of tuning.
+    The reference is built once (seeded as the Verifier seeds it) and its outputs on each draw
+    kept; each program is built with NVRTC, loaded with the reference's weights, compared with
+    the reference's outputs on every draw, then timed on the first with CUDA events, L2 flushed
+    and inputs refilled before each run. Several draws because a library engine's rounding can
+    move a value across a threshold (``hardshrink``, a comparison) on one draw and not another:
+    the judge takes three. Anything that raises is a failed program, never the end of tuning.
     """
 
     def __init__(
@@ -455,6 +457,7 @@ class GpuTimer:
         runs: int = 10,
         seed: int = 7,
         max_s: float | None = 0.25,
+        draws: int = 3,
     ) -> None:
         import torch
 
@@ -472,23 +475,33 @@ class GpuTimer:
         self._init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
         torch.manual_seed(0)
         self._reference = build_on(namespace["Model"], self._init, "cuda")
-        torch.manual_seed(seed)
-        with torch.device("cuda"), torch.no_grad():
-            raw = namespace["get_inputs"]()
-        self.inputs = [x.cuda() if torch.is_tensor(x) else x for x in raw]
+        self._get_inputs = namespace["get_inputs"]
+        self._seeds = [seed + k for k in range(max(draws, 1))]
+        self.inputs = self._draw(seed)
         self._clean = [x.clone() if torch.is_tensor(x) else x for x in self.inputs]
-        with torch.no_grad():
-            # seeded again before each variant's forward, so draws made in forward match
-            torch.manual_seed(seed)
-            expected = self._reference(*self.inputs)
-        self._seed = seed
-        # copies: a model that writes into its inputs may return them (an optimiser step
-        # returns its parameters), and the refills before each run would change them
-        expected = list(expected) if isinstance(expected, list | tuple) else [expected]
-        self._expected = clone_to(expected, "cuda")
+        # the later draws' inputs are drawn again when a variant is checked, not kept
+        self._expected = [self._outputs(self._reference, self.inputs, seed)]
+        for later in self._seeds[1:]:
+            self._expected.append(self._outputs(self._reference, self._draw(later), later))
         self._flush = make_flush_buffer()
         self.device = torch.cuda.get_device_name()
         self.toolkit = str(torch.version.cuda)
+
+    def _draw(self, seed: int) -> list[Any]:
+        torch = self._torch
+        torch.manual_seed(seed)
+        with torch.device("cuda"), torch.no_grad():
+            raw = self._get_inputs()
+        return [x.cuda() if torch.is_tensor(x) else x for x in raw]
+
+    def _outputs(self, model: Any, inputs: list[Any], seed: int) -> list[Any]:
+        """``model``'s outputs on ``inputs``, seeded so that draws made in forward match;
+        copies, since a model that writes into its inputs may return them (an optimiser step
+        returns its parameters), and the refills before each run would change them."""
+        with self._torch.no_grad():
+            self._torch.manual_seed(seed)
+            got = model(*inputs)
+        return clone_to(list(got) if isinstance(got, list | tuple) else [got], "cuda")
 
     def _refill(self, _run: int) -> None:
         for dst, src in zip(self.inputs, self._clean, strict=True):
@@ -528,19 +541,23 @@ class GpuTimer:
         return model
 
     def agrees(self, model: Any) -> bool:
-        """Whether ``model`` matches the reference's outputs on the kept draw."""
-        torch = self._torch
+        """Whether ``model`` matches the reference's outputs on every draw, the timed one
+        first (it rejects most wrong variants at the cost of one forward)."""
         self._refill(0)
-        with torch.no_grad():
-            torch.manual_seed(self._seed)
-            got = model(*self.inputs)
-        got = list(got) if isinstance(got, list | tuple) else [got]
-        return len(got) == len(self._expected) and all(
+        for k, seed in enumerate(self._seeds):
+            inputs = self.inputs if k == 0 else self._draw(seed)
+            if not self._matches(self._outputs(model, inputs, seed), self._expected[k]):
+                return False
+        return True
+
+    def _matches(self, got: list[Any], expected: list[Any]) -> bool:
+        torch = self._torch
+        return len(got) == len(expected) and all(
             torch.is_tensor(g)
             and g.shape == e.shape
             and g.dtype == e.dtype
             and bool(torch.allclose(g, e, atol=self.tol, rtol=self.tol, equal_nan=True))
-            for g, e in zip(got, self._expected, strict=True)
+            for g, e in zip(got, expected, strict=True)
         )
 
     def __call__(self, candidate: Candidate) -> float | None:
