@@ -1,12 +1,13 @@
-"""Where the GPU time goes, eager against the generated program: one forward of each under
-torch.profiler, kernels grouped by name with their counts and summed device time.
+"""Where the GPU time goes, eager (and ``torch.compile`` with ``--compile``) against the
+generated program: one forward of each under torch.profiler, kernels grouped by name with
+their counts and summed device time.
 
 The generated program is the rule-based one, untuned and without graph replay, so each launch
 is its own kernel; weights are the reference's. Quicker than ``profile_program.py`` (no ncu
 replay), and it names the library kernels eager runs, which says whether a gap is the choice
 of a library algorithm or the generated kernels.
 
-Usage: ``PYTHONPATH=src python tools/profile_kernels.py PROBLEM.py [...]``
+Usage: ``PYTHONPATH=src python tools/profile_kernels.py PROBLEM.py [...] [--compile]``
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def table(fn: Any, label: str, top: int = 14) -> None:
         print(f"  {ms:8.3f} ms  x{int(n):<4d} {name}")
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str], with_compile: bool = False) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     for path in paths:
@@ -66,8 +67,11 @@ def main(paths: list[str]) -> None:
         inputs = [t.cuda() if torch.is_tensor(t) else t for t in namespace["get_inputs"]()]
         print(f"# {task.name}")
         table(lambda: reference(*inputs), "eager")  # noqa: B023 - called at once
+        if with_compile:
+            compiled = torch.compile(reference)
+            table(lambda: compiled(*inputs), "torch.compile")  # noqa: B023
         table(lambda: model(*inputs), "generated")  # noqa: B023
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main([a for a in sys.argv[1:] if a != "--compile"], "--compile" in sys.argv[1:])
