@@ -153,16 +153,26 @@ class _RecordingShapeProp(ShapeProp):
         return result
 
     def call_function(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-        return super().call_function(target, args, _on_meta(kwargs))
+        return super().call_function(target, _args_on_meta(args), _on_meta(kwargs))
 
     def call_method(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-        return super().call_method(target, args, _on_meta(kwargs))
+        return super().call_method(target, _args_on_meta(args), _on_meta(kwargs))
 
     def call_module(self, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         module = self.fetch_attr(target)
         if is_recurrent(module):
             return recurrent_outputs(module, args[0])
         return super().call_module(target, args, kwargs)
+
+
+def _args_on_meta(args: Any) -> Any:
+    """Positional arguments with any device on meta: an export writes ``x.to(dtype=...,
+    device=...)`` of a constant as ``aten.to.device(x, cpu, float32)``, which would copy out of
+    a meta tensor."""
+    if not any(isinstance(a, torch.device) for a in args):
+        return args
+    meta = torch.device("meta")
+    return tuple(meta if isinstance(a, torch.device) else a for a in args)
 
 
 def _on_meta(kwargs: dict[str, Any]) -> dict[str, Any]:

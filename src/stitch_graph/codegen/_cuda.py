@@ -229,6 +229,37 @@ struct SgArgMin {
   }
 };
 
+// the first position of the largest or smallest integer, exact in int64
+struct SgArgMaxI {
+  long long v, i;
+  static __device__ __forceinline__ SgArgMaxI init() {
+    SgArgMaxI a; a.v = -0x7fffffffffffffffLL - 1; a.i = 0x7fffffffffffffffLL; return a;
+  }
+  __device__ __forceinline__ void update(long long x, long long k) {
+    if (x > v || (x == v && k < i)) { v = x; i = k; }
+  }
+  __device__ __forceinline__ void combine(const SgArgMaxI& o) { update(o.v, o.i); }
+  __device__ __forceinline__ SgArgMaxI shfl(int o) const {
+    SgArgMaxI r; r.v = __shfl_xor_sync(SG_FULL, v, o); r.i = __shfl_xor_sync(SG_FULL, i, o);
+    return r;
+  }
+};
+
+struct SgArgMinI {
+  long long v, i;
+  static __device__ __forceinline__ SgArgMinI init() {
+    SgArgMinI a; a.v = 0x7fffffffffffffffLL; a.i = 0x7fffffffffffffffLL; return a;
+  }
+  __device__ __forceinline__ void update(long long x, long long k) {
+    if (x < v || (x == v && k < i)) { v = x; i = k; }
+  }
+  __device__ __forceinline__ void combine(const SgArgMinI& o) { update(o.v, o.i); }
+  __device__ __forceinline__ SgArgMinI shfl(int o) const {
+    SgArgMinI r; r.v = __shfl_xor_sync(SG_FULL, v, o); r.i = __shfl_xor_sync(SG_FULL, i, o);
+    return r;
+  }
+};
+
 // Welford mean/M2; combine is Chan's parallel formula.
 struct SgWelford {
   float n, mean, m2;

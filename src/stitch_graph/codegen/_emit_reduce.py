@@ -287,7 +287,7 @@ class _ReduceEmitter(_EmitterBase):
         ):
             msg = f"{g.id}: sibling reductions must reduce the same dims of inputs of one shape"
             raise EmitError(msg)
-        acc, vtype, fields = _accumulator(anchors)
+        acc, vtype, fields = _accumulator(anchors, ir.dtypes)
         out = ir.node(g.output)
         anchor_shape = node.shape
         # siblings whose results are concatenated: each stored into its slice of the result

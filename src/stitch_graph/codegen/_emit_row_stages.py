@@ -124,7 +124,7 @@ class _RowStagesEmitter(_EmitterBase):
         row (its results and its epilogue, bound in ``env``)."""
         ir = self.ir
         anchors = [ir.node(a) for a in g.anchors]
-        acc, vtype, fields = _accumulator(anchors)
+        acc, vtype, fields = _accumulator(anchors, ir.dtypes)
         loaded = dict(env)
         pre = self.exprs(g.prologue, in_shape, "i", loaded, args)
         values = []

@@ -29,14 +29,22 @@ _ACC = {
 }
 
 _INTEGER_EXTREMES = {"amax": "SgMaxI", "max": "SgMaxI", "amin": "SgMinI", "min": "SgMinI"}
+# the position of the largest or smallest integer (CLIP's ``text.argmax(-1)`` for the end of a
+# token sequence): ids past 2**24 are not exact in the float accumulator
+_INTEGER_ARG_EXTREMES = {"argmax": "SgArgMaxI", "argmin": "SgArgMinI"}
 
 
-def _accumulator(anchors: list[Any]) -> tuple[str, str, list[str]]:
-    """The accumulator type of one reduction or of siblings, the value type one element gives
-    it, and the field of each reduction's state."""
+def _accumulator(anchors: list[Any], dtypes: dict[Any, str]) -> tuple[str, str, list[str]]:
+    """The accumulator type of one reduction or of siblings (``dtypes``: the program's, for
+    their inputs'), the value type one element gives it, and the field of each reduction's
+    state."""
     ops = [a.op for a in anchors]
     if len(ops) == 1 and ops[0] == "sum" and anchors[0].dtype == "int64":
         return "SgSumI", "long long", [""]  # a count: exact in int64
+    if len(ops) == 1 and ops[0] in _INTEGER_ARG_EXTREMES and dtypes.get(
+        anchors[0].args.get("input")
+    ) in ("int64", "int32"):
+        return _INTEGER_ARG_EXTREMES[ops[0]], "long long", [""]
     integer = [a for a in anchors if a.op in _INTEGER_EXTREMES and a.dtype in ("int64", "int32")]
     if len(ops) == 1 and integer:
         return _INTEGER_EXTREMES[ops[0]], "long long", [""]

@@ -178,8 +178,9 @@ def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     # a count of a mask, an integer sum: int64 accumulators (``SgSumI``)
     counts = node.op == "sum" and node.dtype == "int64" and ir.dtypes.get(src) in _INTEGERS
     # the first or last set position of a mask (``mask.int().argmax(-1)``): 0 and 1 are exact in
-    # the float accumulator
-    flags = node.op in ("argmax", "argmin") and isinstance(src, Ref) and _zeros_and_ones(ir, src)
+    # the float accumulator; of other integers, an integer one
+    flags = node.op in ("argmax", "argmin") and isinstance(src, Ref) and (
+        _zeros_and_ones(ir, src) or ir.dtypes.get(src) in ("int64", "int32"))  # SgArgMaxI
     # the largest or smallest of integers (``SgMaxI``, ``SgMinI``): exact in int64
     extremes = node.op in ("amax", "amin", "max", "min") and node.dtype in ("int64", "int32") and (
         ir.dtypes.get(src) == node.dtype)
