@@ -1,7 +1,7 @@
 """int32 tensors (``.int()``, ``.to(torch.int32)``, int32 inputs): cast, computed with and
 counted like int64, and a mask's first set position found by ``argmax`` of its int cast, as a
 sequence classifier finds its last real token. Each generated whole and checked against
-PyTorch in the CPU emulation; ``argmax`` over integers other than 0 and 1 stays in PyTorch."""
+PyTorch in the CPU emulation; ``argmax`` over other integers in an integer accumulator."""
 
 from __future__ import annotations
 
@@ -45,7 +45,11 @@ def test_int32_is_generated_and_matches_pytorch(expr: str, tmp_path: Path) -> No
     check_on_cpu(task, program, tmp_path, cooperative=True)
 
 
-def test_argmax_over_wide_integers_stays_in_pytorch() -> None:
-    """Integers past 2**24 would tie in the float accumulator."""
-    _, program = generate_checked(_PROBLEM.format(expr="x + n.argmax(-1, keepdim=True).float()"))
-    assert "argmax" in program.declared_torch_ops
+def test_argmax_over_wide_integers_is_exact(tmp_path: Path) -> None:
+    """Integers past 2**24 would tie in the float accumulator: an int64 one takes them."""
+    task, program = generate_checked(
+        _PROBLEM.format(expr="x + n.argmax(-1, keepdim=True).float() - n.argmin(1, keepdim=True)")
+    )
+    assert not program.declared_torch_ops, program.declared_torch_ops
+    assert "SgArgMaxI" in program.kernel_source
+    check_on_cpu(task, program, tmp_path, cooperative=True)
