@@ -1,5 +1,6 @@
 """Calls that are views of their input plus at most one copy: ``F.unfold`` (im2col), ``trace``,
-``diag`` of a matrix, ``kron``, ``meshgrid``, ``cartesian_prod`` and ``renorm``.
+``diag`` of a matrix, ``kron``, ``meshgrid``, ``cartesian_prod``, ``broadcast_tensors`` and
+``renorm``.
 
 ``F.unfold`` is the padded input's sliding windows (``Tensor.unfold`` twice, the dilation a
 step of the window's slice) permuted to ``(N, C*kh*kw, L)``: the reshape becomes one copy
@@ -25,6 +26,7 @@ ARRANGE_SIGNATURES = {
     "kron": "input, other",
     "meshgrid": "indexing=None",  # and any number of 1-D tensors
     "cartesian_prod": "",
+    "broadcast_tensors": "",  # any number of tensors (an export's losses broadcast this way)
     "renorm": "input, p, dim, maxnorm",
 }
 ARRANGE_METHODS = frozenset({"diag", "diag_embed", "trace"})  # also taken as tensor methods (x.diag())
@@ -48,6 +50,12 @@ def arrange(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any], tensors: l
         if name == "meshgrid" and a.get("indexing") not in (None, "ij", "xy"):
             return None
         return _grids(ir, b, tensors, a.get("indexing") == "xy", name == "cartesian_prod")
+    if name == "broadcast_tensors":
+        if not tensors or not all(isinstance(t, Ref) for t in tensors):
+            return None
+        shape = list(torch.broadcast_shapes(*(ir.shapes[t] for t in tensors)))
+        return tuple(t if list(ir.shapes[t]) == shape else b("expand", "expand", t, *shape)
+                     for t in tensors)
     x = a["input"]
     if not isinstance(x, Ref):
         return None

@@ -161,6 +161,9 @@ def _decompose(
         resized = _exported_resize(fx_node.target, name, args, kwargs)
         b = _Builder(ir, ours, fx_node.name)
         return None if resized is None else _all_or_nothing(ir, lambda: resize(ir, b, resized))
+    if isinstance(fx_node.target, torch._ops.OpOverload) and name in _EXPORTED_LOSSES:
+        name, args, kwargs = _EXPORTED_LOSSES[name], [], _exported_loss_kwargs(
+            fx_node.target, args, kwargs)
     signature = (
         _DECOMPOSE_SIGNATURES.get(name)
         or COMPOSE_SIGNATURES.get(name)
@@ -186,6 +189,26 @@ def _decompose(
             return None  # the pair itself is passed on: the call stays in PyTorch
         return _all_or_nothing(ir, lambda: order_statistic(ir, b, name, a, 1 in used))
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
+
+
+# ATen's losses (a program captured by torch.export) by the functional's name: their schemas
+# name the input ``self`` and take the reduction as an enum
+_EXPORTED_LOSSES = {
+    "cross_entropy_loss": "cross_entropy", "kl_div": "kl_div", "mse_loss": "mse_loss",
+    "l1_loss": "l1_loss", "smooth_l1_loss": "smooth_l1_loss", "huber_loss": "huber_loss",
+    "soft_margin_loss": "soft_margin_loss", "binary_cross_entropy": "binary_cross_entropy",
+    "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
+}
+_REDUCTIONS = ("none", "mean", "sum")  # at::Reduction's order
+
+
+def _exported_loss_kwargs(target: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An exported loss's arguments as the functional's keywords."""
+    bound = dict(zip([a.name for a in target._schema.arguments], args, strict=False)) | kwargs
+    bound["input"] = bound.pop("self")
+    if isinstance(bound.get("reduction"), int):
+        bound["reduction"] = _REDUCTIONS[bound["reduction"]]
+    return bound
 
 
 _JOINED_MATRICES = {
@@ -235,7 +258,7 @@ def _decompose_arrange(
     signature = ARRANGE_SIGNATURES[name]
     info = OpInfo(name, "unsupported", signature, params=parse_signature(signature))
     tensors = args
-    if name in ("meshgrid", "cartesian_prod"):
+    if name in ("meshgrid", "cartesian_prod", "broadcast_tensors"):
         tensors = list(args[0]) if len(args) == 1 and isinstance(args[0], list | tuple) else args
         args = []
     b = _Builder(ir, ours, fx_node.name)

@@ -82,6 +82,10 @@ class _ThroughTracer(torch.fx.Tracer):
     def call_module(
         self, m: torch.nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        if _made_in_forward(self, m):
+            # ``nn.KLDivLoss(reduction="batchmean")(a, b)``: a module without state built in
+            # forward is its forward's calls (fx would stop: it is not a submodule)
+            return forward(*args, **kwargs)
         state = args[1] if len(args) > 1 else kwargs.get("hx")
         if not is_recurrent(m) or state is None or len(args) + len(kwargs) != 2:
             return super().call_module(m, forward, args, kwargs)
@@ -94,6 +98,17 @@ class _ThroughTracer(torch.fx.Tracer):
 
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
         return _InplaceProxy(node, self)
+
+
+def _made_in_forward(tracer: torch.fx.Tracer, m: torch.nn.Module) -> bool:
+    """Whether ``m`` is a stateless module that is not one of the traced model's."""
+    if next(m.parameters(), None) is not None or next(m.buffers(), None) is not None:
+        return False
+    try:
+        tracer.path_of_module(m)
+    except NameError:
+        return True
+    return False
 
 
 def _module_call(
