@@ -81,5 +81,11 @@ def test_a_factory_does_not_keep_its_tensor_alive(tmp_path: Path) -> None:
     assert "exp" not in program.kernel_source.split("extern", 1)[1]
 
 
+def test_a_number_made_a_tensor_is_generated(tmp_path: Path) -> None:
+    """``one = scores.new_tensor(1)`` (SuperGlue's optimal transport): a number of y's dtype."""
+    program = _checked("one = y.new_tensor(3)\n        return (y.shape[1] * one).log() + y", tmp_path)
+    assert not program.declared_torch_ops, program.declared_torch_ops
+
+
 def test_a_slice_of_a_tuple_left_to_pytorch_stays_a_tuple(tmp_path: Path) -> None:
     _checked("return torch.cat(y.split([2, 4], dim=1)[:1] * 2, 1) + 1.0", tmp_path)

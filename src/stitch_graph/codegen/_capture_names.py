@@ -318,6 +318,11 @@ def _variant(
         filled = _FILLED_LIKE[op]
         plain = {"size": list(shape)}
         return filled, plain | ({"fill_value": bound["fill_value"]} if filled == "full" else {}), attrs
+    data = call_args[1] if op == "new_tensor" and len(call_args) == 2 else None
+    if isinstance(first, Ref) and isinstance(data, int | float) and not isinstance(data, bool) and (
+        _generated_dtype(value, {}) and not shape
+    ):  # ``one = scores.new_tensor(1)``: a number of the tensor's dtype (or the call's)
+        return "full", {"size": [], "fill_value": data}, attrs
     if op in ("bitwise_not", "invert") and isinstance(first, Ref) and ir.dtypes.get(first) == "bool":
         return "logical_not", {"input": first}, attrs  # ~mask; on integers it stays in PyTorch
     name = op.removeprefix("bitwise_").strip("_")  # and_, __and__ (ATen), __iand__
