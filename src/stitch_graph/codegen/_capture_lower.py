@@ -463,7 +463,9 @@ def _eye_compared(
 ) -> bool:
     """``torch.eye`` too large to bake, as a comparison of baked row and column numbers (a
     pairwise mask ``1 - eye(n)`` over 512 particles): one pointwise kernel, not PyTorch."""
-    if fx_node.target is not torch.eye or not torch.is_tensor(value) or value.dim() != 2:
+    eye = fx_node.target is torch.eye or getattr(fx_node.target, "overloadpacket", None) is (
+        torch.ops.aten.eye)  # an export's
+    if not eye or not torch.is_tensor(value) or value.dim() != 2:
         return False
     if value.dtype != torch.bool and value.dtype not in _EYE_CASTS:
         return False

@@ -364,6 +364,10 @@ def _variant(
             kwargs = {k: v for k, v in parent.call_kwargs.items() if k != "return_indices"}
             op = pooled if bound["index"] == 0 else f"{pooled}_indices"
             return op, lookup(op).bind(list(parent.call_args), kwargs), attrs
+        if parent is not None and parent.op.startswith("adaptive_max_pool") and bound.get(
+            "index"
+        ) == 0 and ir.dtypes.get(src) == "tuple":  # an export's (values, indices): the values
+            return parent.op, {k: v for k, v in parent.args.items() if k != "return_indices"}, attrs
         if parent is not None and parent.op in ("max", "min") and parent.attrs.get("returns_tuple"):
             index = bound.get("index")
             if index == 0:
