@@ -101,9 +101,11 @@ class Model(torch.nn.Module):
         super().__init__()
         self.mean = torch.nn.EmbeddingBag(50, 6, mode="mean")
         self.sum = torch.nn.EmbeddingBag(50, 6, mode="sum", include_last_offset=True)
+        self.max = torch.nn.EmbeddingBag(50, 6, mode="max")
 
     def forward(self, ids, offsets, weights):
-        return self.mean(ids, offsets), self.sum(ids, torch.cat([offsets, offsets[-1:] + 2]), weights)
+        last = torch.cat([offsets, offsets[-1:] + 2])
+        return self.mean(ids, offsets), self.sum(ids, last, weights), self.max(ids, offsets)
 
 
 def get_inputs():

@@ -1,5 +1,5 @@
 """A spatial transformer's two steps, ``F.affine_grid`` and bilinear or nearest
-``F.grid_sample`` (zeros and border padding, both ``align_corners``), generated whole and
+``F.grid_sample`` (zeros, border and reflection padding, both ``align_corners``), generated whole and
 matching PyTorch in the CPU emulation, coordinates outside the input included, from a traced
 forward or an exported one; bicubic sampling stays in PyTorch."""
 
@@ -47,6 +47,10 @@ EXPRS = [
     # the nearest pixel (a flow warp's), halves rounded to even
     "F.grid_sample(x, g * 1.3, mode='nearest', align_corners=False) * 2",
     "F.grid_sample(x, g * 1.5, mode='nearest', padding_mode='border', align_corners=True)",
+    # reflected at the edges, several spans out on both sides
+    "F.grid_sample(x, g * 3.5, padding_mode='reflection', align_corners=False)",
+    "F.grid_sample(x, g * 3.5, padding_mode='reflection', align_corners=True)",
+    "F.grid_sample(x, g * 2.5, mode='nearest', padding_mode='reflection', align_corners=False)",
 ]
 
 

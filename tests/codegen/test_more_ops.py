@@ -156,6 +156,9 @@ EXPRS = [
     "torch.addr(y[0, 0], y[0, 1, :, 0], y[1, 0, 0, :], beta=0.5, alpha=2.0) + torch.addr(x[0, 0], y[0, 0, :, 0], y[1, 1, 1], beta=0)",  # noqa: E501
     "torch.linalg.multi_dot([y[0, 0, 0], y[0, 0].t(), y[1, 1]]) + torch.chain_matmul(y[0, 0], y[0, 1].t(), y[2, 2])[0]",  # noqa: E501
     "torch.block_diag(y[0, 0], y[1, 1, 0], x[0, 1, 2, 3]) * 2",
+    # base-2 log-add-exp with infinities of one sign; torch.special's logit and softmaxes
+    "torch.logaddexp2(x, y) + torch.logaddexp2(y, y * 0.5)",
+    "torch.special.logit(torch.sigmoid(y), eps=0.1) + torch.special.log_softmax(y, 1) + torch.special.softmax(y, dim=-1)",  # noqa: E501
 ]
 
 

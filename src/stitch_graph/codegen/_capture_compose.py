@@ -43,6 +43,7 @@ COMPOSE_SIGNATURES = {
     "linalg_cross": "input, other, dim=-1",
     "addr": "input, vec1, vec2, beta=1, alpha=1",
     "logit": "input, eps=None",
+    "special_logit": "input, eps=None",
     "softmin": "input, dim=None, _stacklevel=3, dtype=None",
     "any": "input, dim=None, keepdim=False",
     "all": "input, dim=None, keepdim=False",
@@ -224,7 +225,7 @@ def compose(ir: ProgramIR, b: _Builder, name: str, a: dict[str, Any]) -> Any:
         return _rearranged(ir, b, "cross", {"input": pair[0], "other": pair[1], "dim": a["dim"]})
     if name in ("linalg_norm", "take_along_dim", "channel_shuffle", "trapezoid", "trapz", "rot90", "cross"):  # noqa: E501
         return _rearranged(ir, b, name, a) if floating else None
-    if name == "logit" and floating:
+    if name in ("logit", "special_logit") and floating:
         z = x if a["eps"] is None else b(
             "clamp", torch.clamp, x, float(a["eps"]), 1.0 - float(a["eps"])
         )
@@ -627,7 +628,7 @@ def _embedding_bag(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     by_offsets = offsets is not None
     if by_offsets != (len(ir.shapes[idx]) == 1) or (a["include_last_offset"] and not by_offsets):
         return None
-    if a["mode"] not in (("sum", "mean") if by_offsets else ("sum", "mean", "max")):
+    if a["mode"] not in ("sum", "mean", "max"):
         return None
     rows = b("index", operator.getitem, weight, (idx,))
     if per_sample is not None:
@@ -643,9 +644,10 @@ def _embedding_bag(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
 def _bags_by_offsets(
     ir: ProgramIR, b: _Builder, rows: Ref, offsets: Any, mode: str, last_included: bool
 ) -> Ref | None:
-    """Each looked-up row added into its bag: the bag of row ``n`` is the count of offsets at
-    or before ``n``, less one (a cumulative sum of the offsets' marks, exact in float32 below
-    2**24 rows), and an empty bag is zero, in ``mean`` too, as in PyTorch."""
+    """Each looked-up row added into its bag (or its largest kept, ``max``): the bag of row
+    ``n`` is the count of offsets at or before ``n``, less one (a cumulative sum of the
+    offsets' marks, exact in float32 below 2**24 rows), and an empty bag is zero, in ``mean``
+    and ``max`` too, as in PyTorch."""
     if not isinstance(offsets, Ref) or ir.dtypes.get(offsets) not in ("int64", "int32"):
         return None
     (n, width), starts = ir.shapes[rows], ir.shapes[offsets][0]
@@ -656,6 +658,10 @@ def _bags_by_offsets(
               b("ones", torch.ones, [starts]))
     seen = b("narrow", torch.narrow, b("cumsum", torch.cumsum, marks, 0), 0, 0, n)
     bag = b("long", "long", b("sub", torch.sub, seen, 1.0))
+    if mode == "max":  # each bag's largest of its rows; an empty bag stays zero, as in PyTorch
+        spread = b("expand", "expand", b("unsqueeze", torch.unsqueeze, bag, -1), n, width)
+        return b("scatter_reduce", torch.scatter_reduce, b("zeros", torch.zeros, [bags, width]),
+                 0, spread, rows, "amax", include_self=False)
     sums = b("index_add", torch.index_add, b("zeros", torch.zeros, [bags, width]), 0, bag, rows)
     if mode == "sum":
         return sums

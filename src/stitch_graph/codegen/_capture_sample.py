@@ -5,8 +5,9 @@ transformer's two steps) written out in registry ops.
 ``theta`` transposed, one batched GEMM. ``grid_sample`` unnormalises the grid's coordinates,
 gathers the four neighbours of each from the input flattened over (H, W), and blends them with
 the weights and in the order PyTorch's kernel uses; neighbours outside the input count as zero
-(``padding_mode='zeros'``), or the coordinates are clipped first (``'border'``). Other modes stay
-in PyTorch.
+(``padding_mode='zeros'``), or the coordinates are clipped first (``'border'``) or reflected
+at the edges and then clipped (``'reflection'``), as PyTorch's kernel does. Bicubic sampling
+stays in PyTorch.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _affine_grid(
 
 def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     x, grid = a["input"], a["grid"]
-    if a["mode"] not in ("bilinear", "nearest") or a["padding_mode"] not in ("zeros", "border"):
+    if a["mode"] not in ("bilinear", "nearest") or a["padding_mode"] not in _PADDINGS:
         return None
     if not isinstance(x, Ref) or not isinstance(grid, Ref) or len(ir.shapes[x]) != 4:
         return None
@@ -80,6 +81,8 @@ def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     if gn != n or two != 2:
         return None
     align = bool(a["align_corners"])
+    if a["padding_mode"] == "reflection" and align and min(h, w) == 1:
+        return None  # PyTorch's reflection of a single aligned pixel: a constant 0
 
     def coordinate(k: int, size: int) -> Ref:
         g = b("select", torch.select, grid, 3, k)  # (N, Ho, Wo)
@@ -87,7 +90,10 @@ def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
             pixel = b("mul", torch.mul, b("add", torch.add, g, 1.0), (size - 1) / 2)
         else:
             pixel = b("div", torch.div, b("sub", torch.sub, b("mul", torch.mul, b("add", torch.add, g, 1.0), float(size)), 1.0), 2.0)  # noqa: E501
-        if a["padding_mode"] == "border":
+        if a["padding_mode"] == "reflection":
+            low, high = (0, 2 * (size - 1)) if align else (-1, 2 * size - 1)
+            pixel = _reflected(b, pixel, low, high)
+        if a["padding_mode"] != "zeros":
             pixel = b("clamp", torch.clamp, pixel, 0.0, float(size - 1))
         return pixel
 
@@ -124,3 +130,16 @@ def _grid_sample(ir: ProgramIR, b: _Builder, a: dict[str, Any]) -> Ref | None:
     se = corner(x1, y1, b("mul", torch.mul, dx0, dy0))
     total = b("add", torch.add, b("add", torch.add, b("add", torch.add, nw, ne), sw), se)
     return b("view", "view", total, n, c, ho, wo)
+
+
+def _reflected(b: _Builder, pixel: Ref, twice_low: int, twice_high: int) -> Ref:
+    """A coordinate reflected into ``[low, high]`` (given doubled) as PyTorch's grid sampler
+    reflects it: by the distance past ``low``, folded back on every other span."""
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    distance = b("abs", torch.abs, b("sub", torch.sub, pixel, low))
+    extra = b("fmod", torch.fmod, distance, span)
+    flips = b("floor", torch.floor, b("div", torch.div, distance, span))
+    even = b("eq", torch.eq, b("remainder", torch.remainder, flips, 2.0), 0.0)
+    forward = b("add", torch.add, extra, low)
+    back = b("add", torch.add, b("rsub", torch.rsub, extra, span), low)
+    return b("where", torch.where, even, forward, back)

@@ -287,6 +287,7 @@ _op("atan2", POINTWISE, "input, other", "atan2f({input}, {other})", flops=8, ali
 _op("hypot", POINTWISE, "input, other", "hypotf({input}, {other})", flops=4)
 _op("copysign", POINTWISE, "input, other", "copysignf({input}, {other})")
 _op("nextafter", POINTWISE, "input, other", "nextafterf({input}, {other})")
+_op("logaddexp2", POINTWISE, "input, other", "(({input} == {other} && fabsf({input}) == SG_INF) ? {input} : sg_max({input}, {other}) + log1pf(exp2f(-fabsf({input} - {other}))) * 1.4426950408889634f)", flops=6)  # noqa: E501
 _op("logaddexp", POINTWISE, "input, other", "(({input} == {other} && fabsf({input}) == SG_INF) ? {input} : sg_max({input}, {other}) + log1pf(expf(-fabsf({input} - {other}))))", flops=6)  # noqa: E501
 _op("xlogy", POINTWISE, "input, other", "({other} != {other} ? {other} : ({input} == 0.f ? 0.f : {input} * logf({other})))", flops=3, aliases=("special_xlogy",))  # noqa: E501
 _op("xlog1py", POINTWISE, "input, other", "({other} != {other} ? {other} : ({input} == 0.f ? 0.f : {input} * log1pf({other})))", flops=3, aliases=("special_xlog1py",))  # noqa: E501
@@ -355,8 +356,8 @@ _op("logsumexp", REDUCTION, "input, dim, keepdim=False", flops=4, aliases=("spec
 _op("norm", REDUCTION, "input, p='fro', dim=None, keepdim=False, dtype=None", flops=2)
 _op("linalg_vector_norm", UNSUPPORTED, "input, ord=2, dim=None, keepdim=False, dtype=None", flops=2, note="ord=2 lowers to norm; other orders stay in PyTorch")  # noqa: E501
 # ---- row operations: softmax family and normalisations ----------------------------------------
-_op("softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
-_op("log_softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5)
+_op("softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5, aliases=("special_softmax",))  # noqa: E501
+_op("log_softmax", SOFTMAX, "input, dim=None, _stacklevel=3, dtype=None", flops=5, aliases=("special_log_softmax",))  # noqa: E501
 _op("layer_norm", NORM, "input, normalized_shape, weight=None, bias=None, eps=1e-05", flops=8)
 _op("rms_norm", NORM, "input, normalized_shape, weight=None, eps=None", flops=6)
 _op("group_norm", NORM, "input, num_groups, weight=None, bias=None, eps=1e-05", flops=8)
