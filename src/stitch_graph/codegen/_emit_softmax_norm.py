@@ -33,10 +33,6 @@ from stitch_graph.codegen.tuning import KernelTuning
 
 _COLUMN_RUN = 8  # batch norms whose channels run fewer elements than this take column tiles
 _COLUMN_SLICES = 8  # warps of a column-tile block
-# loads a thread keeps in flight in a split norm's write pass, as its statistics pass does: at
-# one float4 a thread, a 1024-thread block (one a multiprocessor at 33-64 registers) has 16 KiB
-# in flight, about what HBM3 needs per multiprocessor to stay busy, and no margin
-_SPLIT_WRITE_UNROLL = 4
 
 
 class _ColumnLoops:
@@ -835,7 +831,6 @@ class _SoftmaxNormEmitter(_EmitterBase):
                 "acc.combine(parts[j]);",
                 "  acc = sg_block_reduce(acc);",
                 *(f"  {line}" for line in pas.stats),
-                *([f"#pragma unroll {_SPLIT_WRITE_UNROLL}"] if _SPLIT_WRITE_UNROLL > 1 else []),
                 *(f"  {line}" for line in pas.write_loop(*span)),
                 "}",
             ]
