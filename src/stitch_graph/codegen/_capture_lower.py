@@ -41,6 +41,7 @@ from stitch_graph.codegen._capture_builder import _Builder
 from stitch_graph.codegen._capture_common import merge_common_subexpressions
 from stitch_graph.codegen._capture_complex import lower_complex
 from stitch_graph.codegen._capture_constants import fold_constants
+from stitch_graph.codegen._capture_conv_pads import pads_into_convolutions
 from stitch_graph.codegen._capture_decompose import _decompose
 from stitch_graph.codegen._capture_fx_rewrites import (
     decompose_cov,
@@ -294,7 +295,7 @@ def _lower(
     _drop_identity_views(ir)
     _eliminate_dead(ir)
     rewrites = (
-        narrows_from_operands, gather_operands_first,
+        pads_into_convolutions, narrows_from_operands, gather_operands_first,
         batch_shared_products, sum_broadcast_products_as_matmuls, interleave_stacks,
         sum_products_first,
         scale_operands_of_products, scatters_as_comparisons, compute_through_views,

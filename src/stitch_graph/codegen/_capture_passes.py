@@ -328,6 +328,8 @@ def _relayout_views(ir: ProgramIR) -> None:
         if torch.is_tensor(value) and tuple(value.shape) == ir.shapes.get(ref):
             ir.strides[ref] = tuple(value.stride())
             metas[ref] = value
+        elif isinstance(value, tuple) and all(torch.is_tensor(v) for v in value):
+            metas[ref] = value  # chunk's, split's: their elements are read by getitem
 
 
 def _flat(value: Any) -> list[Any]:
