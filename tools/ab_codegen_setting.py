@@ -23,6 +23,7 @@ from stitch_graph.codegen import capture_program, emit_candidate, plan_program
 from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.execution.timing import time_cuda
 from stitch_graph.runtime.kernels import KernelLibrary
+from stitch_graph.runtime.problem_source import exec_problem
 from stitch_graph.task import load_task
 
 
@@ -60,8 +61,7 @@ def compare(owner: Any, attribute: str, value_a: Any, path: Path) -> str:
     finally:
         setattr(owner, attribute, saved)
     program_b = _emitted(source)
-    namespace: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the problem
+    namespace = exec_problem(source, str(path), "reference")
     init = namespace["get_init_inputs"]()
     torch.manual_seed(0)
     reference = namespace["Model"](*init).cuda()

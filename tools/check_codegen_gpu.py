@@ -52,6 +52,7 @@ _import_without_graph_stack()
 from stitch_graph.codegen import capture_program, emit_candidate, plan_program  # noqa: E402
 from stitch_graph.execution._common import load_module_state, module_state  # noqa: E402
 from stitch_graph.runtime.kernels import KernelLibrary  # noqa: E402
+from stitch_graph.runtime.problem_source import exec_problem  # noqa: E402
 from stitch_graph.task import load_task  # noqa: E402
 
 
@@ -136,8 +137,7 @@ def check(path: Path, compile_left: float, methods: bool = False, tol: float = 1
     cand = emit_candidate(ir, plan)
     row["declared"] = cand.declared_torch_ops
     row["kernels"] = len(plan.items)
-    namespace: dict = {}
-    exec(compile(task.source, str(path), "exec"), namespace)
+    namespace = exec_problem(task.source, str(path), "reference")
     init = list(task.init_args) or list(namespace["get_init_inputs"]())
     torch.manual_seed(0)
     ref = namespace["Model"](*init).cuda()

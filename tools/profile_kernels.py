@@ -23,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 from stitch_graph.codegen import Tuning, capture_program, emit_candidate, plan_program
 from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.execution.forms import load_model_class
+from stitch_graph.runtime.problem_source import exec_problem
 from stitch_graph.task import load_task
 
 
@@ -56,8 +57,7 @@ def main(paths: list[str], with_compile: bool = False) -> None:
         ir = capture_program(task)
         plan = plan_program(ir)
         program = emit_candidate(ir, plan, tuning=Tuning(cuda_graph=False))
-        namespace: dict[str, Any] = {}
-        exec(compile(task.source, path, "exec"), namespace)  # noqa: S102 - the problem file
+        namespace = exec_problem(task.source, path, "reference")
         torch.manual_seed(0)
         reference = namespace["Model"](*namespace["get_init_inputs"]()).cuda()
         model = load_model_class(program, tempfile.mkdtemp(), None)(

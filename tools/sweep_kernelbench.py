@@ -67,9 +67,9 @@ def _setup_torch() -> Any:
 
 
 def _namespace(source: str, path: Path) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": f"kb_{path.stem}"}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the problem under test
-    return namespace
+    from stitch_graph.runtime.problem_source import exec_problem
+
+    return exec_problem(source, str(path), f"kb_{path.stem}")  # the problem under test
 
 
 def _draw(torch: Any, namespace: dict[str, Any], seed: int) -> list[Any]:

@@ -24,6 +24,7 @@ import torch
 from stitch_graph.codegen._cuda import ACTIVATIONS, PRELUDE
 from stitch_graph.execution._common import load_module_state, module_state
 from stitch_graph.runtime.kernels import KernelLibrary
+from stitch_graph.runtime.problem_source import exec_problem
 
 _SHIM = r"""
 #include <math.h>
@@ -365,8 +366,7 @@ def load_on_cpu(
     host: dict[str, Any] = {"__name__": "candidate", "KERNELS": kernels}
     exec(compile(cand.host_source, "<candidate>", "exec"), host)
     host["_sgemm"] = sgemm_cpu
-    ns: dict[str, Any] = {"__name__": "reference"}
-    exec(compile(task.source, "<reference>", "exec"), ns)
+    ns = exec_problem(task.source, "<reference>", "reference")
     return kernels, host, ns
 
 

@@ -28,7 +28,6 @@ nodes, contiguous copies).
 from __future__ import annotations
 
 import copy
-import linecache
 from typing import Any
 
 import torch
@@ -45,6 +44,7 @@ from stitch_graph.codegen._capture_trace import (
     _trace,
 )
 from stitch_graph.codegen.ir import ProgramIR
+from stitch_graph.runtime.problem_source import exec_problem
 
 __all__ = ["CaptureError", "capture_program"]
 
@@ -64,11 +64,10 @@ def capture_program(task: Task, *, exact_order: bool = False) -> ProgramIR:
     Raises:
         CaptureError: The source has no ``Model`` or cannot be traced.
     """
-    namespace: dict[str, Any] = {"__name__": f"stitch_task_{task.digest}"}
-    filename = task.path or f"<task {task.name}>"
     # the source by its file name for inspect (draft_export reads the forward's source lines)
-    linecache.cache[filename] = (len(task.source), None, task.source.splitlines(True), filename)
-    exec(compile(task.source, filename, "exec"), namespace)  # noqa: S102
+    namespace = exec_problem(
+        task.source, task.path or f"<task {task.name}>", f"stitch_task_{task.digest}"
+    )
     if "Model" not in namespace:
         msg = f"task {task.name!r} defines no class Model"
         raise CaptureError(msg)

@@ -7,11 +7,11 @@ worker processes only.
 
 from __future__ import annotations
 
-import sys
 import traceback
-import types
 from pathlib import Path
 from typing import Any
+
+from stitch_graph.runtime.problem_source import exec_problem
 
 __all__ = [
     "build_on",
@@ -33,11 +33,7 @@ __all__ = [
 
 def load_problem(source: str, name: str = "stitch_problem") -> dict[str, Any]:
     """Exec the problem source in a fresh module; return its namespace."""
-    module = types.ModuleType(name)
-    module.__file__ = f"<{name}>"
-    sys.modules[name] = module
-    exec(compile(source, module.__file__, "exec"), module.__dict__)
-    return module.__dict__
+    return exec_problem(source, f"<{name}>", name)
 
 
 def set_tf32(allow: bool) -> None:

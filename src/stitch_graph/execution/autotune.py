@@ -49,6 +49,7 @@ from stitch_graph.codegen.space import narrow_space, space_kind, tuning_space
 from stitch_graph.execution._common import build_on, clone_to, load_module_state, module_state
 from stitch_graph.execution.executor import Executor, Job, gpu_available, run_on
 from stitch_graph.execution.settings import RunSettings
+from stitch_graph.runtime.problem_source import exec_problem
 
 __all__ = [
     "GpuTimer",
@@ -470,8 +471,7 @@ class GpuTimer:
         self.tol = tol
         self.runs = runs
         self.max_s = max_s  # seconds of timed runs a variant at most (three runs at least)
-        namespace: dict[str, Any] = {"__name__": f"stitch_tune_{task.digest}"}
-        exec(compile(task.source, task.path or "<task>", "exec"), namespace)  # noqa: S102
+        namespace = exec_problem(task.source, task.path or "<task>", f"stitch_tune_{task.digest}")
         self._init = list(task.init_args) or list(namespace.get("get_init_inputs", list)())
         torch.manual_seed(0)
         self._reference = build_on(namespace["Model"], self._init, "cuda")

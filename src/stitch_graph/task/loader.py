@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from stitch_graph.artifacts import Task, TensorSpec
+from stitch_graph.runtime.problem_source import remember_source
 from stitch_graph.task.infer import ForwardFailed, NonTensorOutput, infer_outputs, tensor_spec
 
 __all__ = ["TaskLoadError", "load_task"]
@@ -113,6 +114,7 @@ def _execute(source: str, label: str) -> dict[str, Any]:
         msg = f"{where}: syntax error: {exc.msg}."
         _fail(msg, label, "correct the Python syntax at that line")
 
+    remember_source(source, label)  # torch.jit.script reads its functions' lines
     module_name = f"_stitch_problem_{next(_module_ids)}"
     module = types.ModuleType(module_name)
     module.__file__ = label
