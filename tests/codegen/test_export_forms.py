@@ -1,5 +1,6 @@
 """Calls as ``torch.export`` writes them (the path a program takes when fx cannot trace it):
-``adaptive_max_pool2d`` returns values and indices, ``eye`` is an ATen overload. With the fx
+``adaptive_max_pool2d`` returns values and indices, ``eye`` is an ATen overload, ``F.unfold``
+and ``F.fold`` are ``im2col`` and ``col2im``. With the fx
 trace turned off, each must be generated whole and match PyTorch in the CPU emulation."""
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ EXPRS = [
     "F.adaptive_max_pool2d(x, (4, 3)) * 2.0",
     "x.flatten(1).t() @ x.flatten(1) * torch.eye(297, dtype=torch.bool, device=x.device)",
     "x.masked_fill(torch.eye(11, 9, dtype=torch.bool, device=x.device), -9e15).softmax(-1)",
+    # ATen's im2col and col2im: F.unfold's and F.fold's
+    "F.fold(F.unfold(x, 3, padding=1, stride=2) * 0.5, (11, 9), 3, padding=1, stride=2)",
 ]
 
 

@@ -141,8 +141,12 @@ def _decompose(
         if isinstance(idx, Ref) and isinstance(weight, Ref) and plain:
             b = _Builder(ir, ours, fx_node.name)
             return b("index", operator.getitem, weight, (idx,))
-    # ATen's unfold (an exported Tensor.unfold) shares F.unfold's name and is a view
-    functional = name != "unfold" or fx_node.target is torch.nn.functional.unfold
+    if isinstance(fx_node.target, torch._ops.OpOverload) and name in _EXPORTED_CALLS:
+        name, args, kwargs = _EXPORTED_CALLS[name], [], _exported_kwargs(
+            fx_node.target, args, kwargs)
+        functional = True
+    else:  # ATen's unfold (an exported Tensor.unfold) shares F.unfold's name and is a view
+        functional = name != "unfold" or fx_node.target is torch.nn.functional.unfold
     called = fx_node.op == "call_function" or name in ARRANGE_METHODS
     if name in ARRANGE_SIGNATURES and called and functional:
         return _decompose_arrange(ir, fx_node, name, args, kwargs, ours)
@@ -161,9 +165,6 @@ def _decompose(
         resized = _exported_resize(fx_node.target, name, args, kwargs)
         b = _Builder(ir, ours, fx_node.name)
         return None if resized is None else _all_or_nothing(ir, lambda: resize(ir, b, resized))
-    if isinstance(fx_node.target, torch._ops.OpOverload) and name in _EXPORTED_LOSSES:
-        name, args, kwargs = _EXPORTED_LOSSES[name], [], _exported_loss_kwargs(
-            fx_node.target, args, kwargs)
     signature = (
         _DECOMPOSE_SIGNATURES.get(name)
         or COMPOSE_SIGNATURES.get(name)
@@ -191,19 +192,20 @@ def _decompose(
     return _all_or_nothing(ir, lambda: _decompose_call(ir, b, name, a))
 
 
-# ATen's losses (a program captured by torch.export) by the functional's name: their schemas
-# name the input ``self`` and take the reduction as an enum
-_EXPORTED_LOSSES = {
+# ATen's calls (a program captured by torch.export) by the functional's name: their schemas
+# name the input ``self``, and losses take the reduction as an enum
+_EXPORTED_CALLS = {
     "cross_entropy_loss": "cross_entropy", "kl_div": "kl_div", "mse_loss": "mse_loss",
     "l1_loss": "l1_loss", "smooth_l1_loss": "smooth_l1_loss", "huber_loss": "huber_loss",
     "soft_margin_loss": "soft_margin_loss", "binary_cross_entropy": "binary_cross_entropy",
     "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
+    "im2col": "unfold", "col2im": "fold",  # F.unfold's and F.fold's
 }
 _REDUCTIONS = ("none", "mean", "sum")  # at::Reduction's order
 
 
-def _exported_loss_kwargs(target: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """An exported loss's arguments as the functional's keywords."""
+def _exported_kwargs(target: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An exported call's arguments as the functional's keywords."""
     bound = dict(zip([a.name for a in target._schema.arguments], args, strict=False)) | kwargs
     bound["input"] = bound.pop("self")
     if isinstance(bound.get("reduction"), int):
