@@ -1,7 +1,7 @@
 """Calls as ``torch.export`` writes them (the path a program takes when fx cannot trace it):
 ``adaptive_max_pool2d`` returns values and indices, ``eye`` is an ATen overload, ``F.unfold``
-and ``F.fold`` are ``im2col`` and ``col2im``. With the fx
-trace turned off, each must be generated whole and match PyTorch in the CPU emulation."""
+and ``F.fold`` are ``im2col`` and ``col2im``. With the fx trace turned off, each must be
+generated whole and match PyTorch in the CPU emulation."""
 
 from __future__ import annotations
 
