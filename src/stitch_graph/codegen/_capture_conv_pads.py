@@ -81,13 +81,13 @@ def _folded(pad: OpNode, conv: OpNode, nd: int) -> tuple[list[int], list[int]] |
 def _fold(ir: ProgramIR, conv: OpNode, x: Ref, padding: list[int], skips: list[int]) -> None:
     """``conv`` reads ``x`` with ``padding``; where outputs are skipped, it writes a larger
     result under a name of its own and a chain of ``narrow`` views takes its name."""
-    conv.args = {**conv.args, "input": x, "padding": tuple(padding)}
+    wanted, full = tuple(conv.shape), _output_shape(ir, conv, x, padding)
+    a = conv.args
+    conv.args = {**a, "input": x, "padding": tuple(padding)}
     conv.call = f"torch.nn.functional.{conv.op}"
-    conv.call_args = [x, *(conv.args[k] for k in ("weight", "bias", "stride", "padding",
-                                                   "dilation", "groups"))]
+    conv.call_args = [x, a["weight"], a.get("bias"), a.get("stride", 1), tuple(padding),
+                      a.get("dilation", 1), a.get("groups", 1)]
     conv.call_kwargs = {}
-    wanted = tuple(conv.shape)
-    full = _output_shape(ir, conv, x, padding)
     if full == wanted:
         return
     ref = Ref("node", conv.name)
@@ -123,7 +123,7 @@ def _output_shape(ir: ProgramIR, conv: OpNode, src: Ref, padding: list[int]) -> 
     x = ir.shapes[src]
     k = ir.shapes[conv.args["weight"]][2:]
     nd = len(k)
-    stride = _per_dim(conv.args["stride"], nd) or [1] * nd
+    stride = _per_dim(conv.args.get("stride", 1), nd) or [1] * nd
     dilation = _per_dim(conv.args.get("dilation", 1), nd) or [1] * nd
     spatial = [
         (x[2 + d] + 2 * padding[d] - dilation[d] * (k[d] - 1) - 1) // stride[d] + 1
