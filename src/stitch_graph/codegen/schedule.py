@@ -164,23 +164,13 @@ _GATHERED_REDUCE = frozenset(
 )
 
 
-def _zeros_and_ones(ir: ProgramIR, ref: Ref) -> bool:
-    """Whether ``ref`` is a bool tensor or an integer cast of one."""
-    if ir.dtypes.get(ref) == "bool":
-        return True
-    node = ir.node(ref.name) if ref.kind == "node" else None
-    operand = node.args.get("input") if node is not None and node.op in ("int", "long") else None
-    return isinstance(operand, Ref) and ir.dtypes.get(operand) == "bool"
-
-
 def _row_ok(ir: ProgramIR, node: OpNode) -> str:
     src = node.args.get("input")
     # a count of a mask, an integer sum: int64 accumulators (``SgSumI``)
     counts = node.op == "sum" and node.dtype == "int64" and ir.dtypes.get(src) in _INTEGERS
-    # the first or last set position of a mask (``mask.int().argmax(-1)``): 0 and 1 are exact in
-    # the float accumulator; of other integers, an integer one
-    flags = node.op in ("argmax", "argmin") and isinstance(src, Ref) and (
-        _zeros_and_ones(ir, src) or ir.dtypes.get(src) in ("int64", "int32"))  # SgArgMaxI
+    # the first or last set position of a mask (``mask.argmax(-1)``): 0 and 1 are exact in the
+    # float accumulator; of integers (``mask.int()``, token ids), an integer one (``SgArgMaxI``)
+    flags = node.op in ("argmax", "argmin") and ir.dtypes.get(src) in _INTEGERS
     # the largest or smallest of integers (``SgMaxI``, ``SgMinI``): exact in int64
     extremes = node.op in ("amax", "amin", "max", "min") and node.dtype in ("int64", "int32") and (
         ir.dtypes.get(src) == node.dtype)
