@@ -479,10 +479,14 @@ class GpuTimer:
         self._seeds = [seed + k for k in range(max(draws, 1))]
         self.inputs = self._draw(seed)
         self._clean = [x.clone() if torch.is_tensor(x) else x for x in self.inputs]
-        # the later draws' inputs are drawn again when a variant is checked, not kept
-        self._expected = [self._outputs(self._reference, self.inputs, seed)]
-        for later in self._seeds[1:]:
-            self._expected.append(self._outputs(self._reference, self._draw(later), later))
+        # copies: a model that writes into its inputs may return them (an optimiser step
+        # returns its parameters), and the refills before each run would change them; the
+        # later draws' inputs are drawn again when a variant is checked, not kept
+        self._expected = [
+            clone_to(self._outputs(self._reference, self.inputs, seed), "cuda"),
+            *(clone_to(self._outputs(self._reference, self._draw(later), later), "cuda")
+              for later in self._seeds[1:]),
+        ]
         self._flush = make_flush_buffer()
         self.device = torch.cuda.get_device_name()
         self.toolkit = str(torch.version.cuda)
@@ -495,13 +499,11 @@ class GpuTimer:
         return [x.cuda() if torch.is_tensor(x) else x for x in raw]
 
     def _outputs(self, model: Any, inputs: list[Any], seed: int) -> list[Any]:
-        """``model``'s outputs on ``inputs``, seeded so that draws made in forward match;
-        copies, since a model that writes into its inputs may return them (an optimiser step
-        returns its parameters), and the refills before each run would change them."""
+        """``model``'s outputs on ``inputs``, seeded so that draws made in forward match."""
         with self._torch.no_grad():
             self._torch.manual_seed(seed)
             got = model(*inputs)
-        return clone_to(list(got) if isinstance(got, list | tuple) else [got], "cuda")
+        return list(got) if isinstance(got, list | tuple) else [got]
 
     def _refill(self, _run: int) -> None:
         for dst, src in zip(self.inputs, self._clean, strict=True):
